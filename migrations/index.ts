@@ -1,0 +1,13 @@
+// The migration list, in order. Imported statically so the same code runs from TypeScript (tests)
+// and from the compiled build (relay, CLI) without knex loading files by extension.
+import type { Knex } from 'knex';
+import * as events from './20261122000001_events.js';
+
+export interface Migration {
+  up(knex: Knex): Promise<void>;
+  down(knex: Knex): Promise<void>;
+}
+
+export const migrations: Record<string, Migration> = {
+  '20261122000001_events': events,
+};

@@ -1,0 +1,71 @@
+// The one place configuration is read: environment variables (and `.env`), validated with zod.
+// Every variable is documented in .env.example; a bad value stops start-up naming the variable.
+import { existsSync } from 'node:fs';
+import { z } from 'zod';
+
+const int = (min: number, max = Number.MAX_SAFE_INTEGER) => z.coerce.number().int().min(min).max(max);
+const bool = z.enum(['true', 'false', '1', '0']).transform((v) => v === 'true' || v === '1');
+const optionalText = z.string().optional().transform((v) => (v === '' ? undefined : v));
+
+const schema = z.object({
+  HOST: z.string().min(1).default('127.0.0.1'),
+  PORT: int(0, 65535).default(8008),
+  LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
+
+  // Database: an external server, or an embedded PostgreSQL kept in DATA_DIR.
+  DATABASE_URL: optionalText.pipe(z.url({ protocol: /^postgres(ql)?$/ }).optional()),
+  DATA_DIR: z.string().min(1).default('./data'),
+  EMBEDDED_PG_PORT: int(0, 65535).default(0),
+  DB_POOL_SIZE: int(1, 500).default(16),
+  QUERY_TIMEOUT_MS: int(100).default(5000),
+
+  // NIP-11 relay information.
+  RELAY_NAME: z.string().default('pgrelay'),
+  RELAY_DESCRIPTION: z.string().default('A Nostr relay on PostgreSQL with normalized tag indexes.'),
+  RELAY_PUBKEY: optionalText.pipe(z.string().regex(/^[0-9a-f]{64}$/).optional()),
+  RELAY_CONTACT: optionalText,
+  RELAY_URL: optionalText,
+
+  // Limits: enforced, and announced in NIP-11 `limitation`.
+  MAX_MESSAGE_BYTES: int(1024).default(131072),
+  MAX_SUBSCRIPTIONS: int(1).default(20),
+  MAX_FILTERS: int(1).default(10),
+  MAX_LIMIT: int(1).default(5000),
+  DEFAULT_LIMIT: int(1).default(500),
+  MAX_SUBID_LENGTH: int(1, 64).default(64),
+  MAX_EVENT_TAGS: int(1).default(2000),
+  MAX_CONTENT_LENGTH: int(1).default(102400),
+  MAX_FILTER_VALUES: int(1).default(1000),
+  CREATED_AT_FUTURE_SECONDS: int(0).default(900),
+  CREATED_AT_PAST_SECONDS: int(0).default(0),
+  MIN_POW_DIFFICULTY: int(0, 256).default(0),
+
+  // Connections and maintenance.
+  MAX_BUFFERED_BYTES: int(1024).default(8 * 1024 * 1024),
+  EXPIRY_SWEEP_SECONDS: int(1).default(60),
+  SHUTDOWN_TIMEOUT_MS: int(0).default(10000),
+  TRUST_PROXY: bool.default(false),
+});
+
+export type Config = z.infer<typeof schema>;
+
+export class ConfigError extends Error {}
+
+/** Validates an environment; throws ConfigError whose message names every bad variable. */
+export function parseConfig(env: Record<string, string | undefined>): Config {
+  const result = schema.safeParse(env);
+  if (!result.success) {
+    const lines = result.error.issues.map((i) => `  ${i.path.join('.')}=${JSON.stringify(env[String(i.path[0])])}: ${i.message}`);
+    throw new ConfigError(`invalid configuration:\n${lines.join('\n')}`);
+  }
+  const config = result.data;
+  if (config.DEFAULT_LIMIT > config.MAX_LIMIT)
+    throw new ConfigError(`invalid configuration:\n  DEFAULT_LIMIT=${config.DEFAULT_LIMIT}: must not exceed MAX_LIMIT=${config.MAX_LIMIT}`);
+  return config;
+}
+
+/** Reads `.env` (variables already set in the environment win) and then process.env. */
+export function loadConfig(envFile = '.env'): Config {
+  if (existsSync(envFile)) process.loadEnvFile(envFile);
+  return parseConfig(process.env);
+}

@@ -1,0 +1,42 @@
+// `npm start`: configuration → database (embedded or DATABASE_URL) with migrations → relay.
+import { ConfigError, loadConfig } from './config.js';
+import { createLogger } from './log.js';
+import { openDatabase } from './store/database.js';
+import { startRelay } from './relay/server.js';
+
+async function main(): Promise<void> {
+  let config;
+  try {
+    config = loadConfig();
+  } catch (err) {
+    if (err instanceof ConfigError) {
+      console.error(err.message);
+      process.exit(2);
+    }
+    throw err;
+  }
+  const log = createLogger(config.LOG_LEVEL);
+  // A safety net: no client input is meant to reach these, and the relay keeps serving if it does.
+  process.on('unhandledRejection', (err) => log.error({ err: String(err) }, 'unhandled rejection'));
+  process.on('uncaughtException', (err) => log.error({ err: err.message, stack: err.stack }, 'uncaught exception'));
+
+  const db = await openDatabase(config, log);
+  const relay = await startRelay(config, db.pool, log);
+
+  let stopping = false;
+  const shutdown = async (signal: string) => {
+    if (stopping) return;
+    stopping = true;
+    log.info({ signal }, 'shutting down');
+    await relay.close();
+    await db.close();
+    process.exit(0);
+  };
+  process.on('SIGINT', () => void shutdown('SIGINT'));
+  process.on('SIGTERM', () => void shutdown('SIGTERM'));
+}
+
+main().catch((err) => {
+  console.error(err instanceof Error ? err.message : err);
+  process.exit(1);
+});

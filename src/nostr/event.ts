@@ -1,0 +1,86 @@
+// A Nostr event: its shape (NIP-01 "Events and signatures"), canonical serialisation, id and signature.
+// Pure functions, no I/O: the ingest path and the operator commands share them.
+import { createHash } from 'node:crypto';
+import * as secp from 'tiny-secp256k1';
+import { z } from 'zod';
+
+export const HEX64 = /^[0-9a-f]{64}$/;
+const HEX128 = /^[0-9a-f]{128}$/;
+
+/** A string that is not well-formed UTF-16 would hash differently in other implementations. */
+const wellFormed = z.string().refine((s) => s.isWellFormed(), 'contains a lone UTF-16 surrogate');
+
+const eventSchema = z.object({
+  id: z.string().regex(HEX64, 'id must be 64 lowercase hex characters'),
+  pubkey: z.string().regex(HEX64, 'pubkey must be 64 lowercase hex characters'),
+  created_at: z.number().int().min(0),
+  kind: z.number().int().min(0).max(65535),
+  tags: z.array(z.array(wellFormed).min(1, 'a tag needs at least one element')),
+  content: wellFormed,
+  sig: z.string().regex(HEX128, 'sig must be 128 lowercase hex characters'),
+});
+
+export type NostrEvent = z.infer<typeof eventSchema>;
+
+export type Checked<T> = { ok: true; value: T } | { ok: false; reason: string };
+
+/** Shape check. Extra fields are dropped: the relay stores and serves the seven NIP-01 fields only. */
+export function parseEvent(input: unknown): Checked<NostrEvent> {
+  const result = eventSchema.safeParse(input);
+  if (result.success) return { ok: true, value: result.data };
+  const issue = result.error.issues[0];
+  const where = issue.path.length ? issue.path.join('.') + ': ' : '';
+  return { ok: false, reason: `invalid: ${where}${issue.message}` };
+}
+
+/** NIP-01 id serialisation; JSON.stringify escapes exactly as the spec requires (protocol.md 1.2). */
+export function serializeForId(e: Omit<NostrEvent, 'id' | 'sig'>): string {
+  return JSON.stringify([0, e.pubkey, e.created_at, e.kind, e.tags, e.content]);
+}
+
+export function computeEventId(e: Omit<NostrEvent, 'id' | 'sig'>): string {
+  return createHash('sha256').update(serializeForId(e), 'utf8').digest('hex');
+}
+
+/** BIP-340 over the 32 raw id bytes, with libsecp256k1 (WASM). An invalid pubkey point is a failure. */
+export function verifySignature(e: NostrEvent): boolean {
+  try {
+    return secp.verifySchnorr(Buffer.from(e.id, 'hex'), Buffer.from(e.pubkey, 'hex'), Buffer.from(e.sig, 'hex'));
+  } catch {
+    return false;
+  }
+}
+
+/** Recomputes the id (never trusts the client's) and then checks the signature. */
+export function checkIdAndSignature(e: NostrEvent): string | undefined {
+  if (computeEventId(e) !== e.id) return 'invalid: event id does not match the sha256 of its serialization';
+  if (!verifySignature(e)) return 'invalid: bad signature';
+  return undefined;
+}
+
+/** The JSON the relay stores and sends back verbatim: the seven fields in a fixed order. */
+export function canonicalEventJson(e: NostrEvent): string {
+  return JSON.stringify({
+    id: e.id,
+    pubkey: e.pubkey,
+    created_at: e.created_at,
+    kind: e.kind,
+    tags: e.tags,
+    content: e.content,
+    sig: e.sig,
+  });
+}
+
+/** NIP-13: leading zero bits of the id. */
+export function powDifficulty(id: string): number {
+  let bits = 0;
+  for (const ch of id) {
+    const nibble = parseInt(ch, 16);
+    if (nibble === 0) {
+      bits += 4;
+      continue;
+    }
+    return bits + Math.clz32(nibble) - 28;
+  }
+  return bits;
+}

@@ -1,0 +1,128 @@
+// NIP-01 filters: parsing with the relay's limits, and in-memory matching for live events.
+import { HEX64, type Checked, type NostrEvent } from './event.js';
+import { indexedTags, isIndexableTagName } from './tags.js';
+
+export interface TagCondition {
+  name: string; // a single letter, case-sensitive
+  values: string[];
+}
+
+export interface Filter {
+  ids?: string[];
+  authors?: string[];
+  kinds?: number[];
+  tags: TagCondition[]; // AND across letters, OR within one letter's values
+  since?: number;
+  until?: number;
+  limit: number; // already defaulted and clamped; 0 means "no stored events, live only"
+}
+
+export interface FilterLimits {
+  maxValuesPerArray: number;
+  defaultLimit: number;
+  maxLimit: number;
+}
+
+const TIMESTAMP_MAX = Number.MAX_SAFE_INTEGER;
+const HEX_TAGS = new Set(['e', 'p']); // NIP-01: #e and #p hold exact 64-char lowercase hex
+
+function isNonNegativeInteger(v: unknown): v is number {
+  return typeof v === 'number' && Number.isSafeInteger(v) && v >= 0 && v <= TIMESTAMP_MAX;
+}
+
+function hexList(key: string, v: unknown, limits: FilterLimits): Checked<string[]> {
+  if (!Array.isArray(v)) return { ok: false, reason: `invalid: "${key}" must be an array` };
+  if (v.length > limits.maxValuesPerArray)
+    return { ok: false, reason: `invalid: "${key}" has more than ${limits.maxValuesPerArray} values` };
+  for (const x of v) {
+    if (typeof x !== 'string' || !HEX64.test(x))
+      return { ok: false, reason: `invalid: "${key}" values must be 64 lowercase hex characters` };
+  }
+  return { ok: true, value: v as string[] };
+}
+
+/** Parses one filter object. Unknown keys are refused: ignoring them would widen the results. */
+export function parseFilter(input: unknown, limits: FilterLimits): Checked<Filter> {
+  if (typeof input !== 'object' || input === null || Array.isArray(input))
+    return { ok: false, reason: 'invalid: a filter must be a JSON object' };
+  const filter: Filter = { tags: [], limit: limits.defaultLimit };
+  for (const [key, v] of Object.entries(input)) {
+    if (key === 'ids' || key === 'authors') {
+      const list = hexList(key, v, limits);
+      if (!list.ok) return list;
+      filter[key] = [...new Set(list.value)];
+    } else if (key === 'kinds') {
+      if (!Array.isArray(v)) return { ok: false, reason: 'invalid: "kinds" must be an array' };
+      if (v.length > limits.maxValuesPerArray)
+        return { ok: false, reason: `invalid: "kinds" has more than ${limits.maxValuesPerArray} values` };
+      if (!v.every((k) => Number.isInteger(k) && k >= 0 && k <= 65535))
+        return { ok: false, reason: 'invalid: "kinds" values must be integers from 0 to 65535' };
+      filter.kinds = [...new Set(v as number[])];
+    } else if (key === 'since' || key === 'until') {
+      if (!isNonNegativeInteger(v)) return { ok: false, reason: `invalid: "${key}" must be a non-negative integer` };
+      filter[key] = v;
+    } else if (key === 'limit') {
+      if (!isNonNegativeInteger(v)) return { ok: false, reason: 'invalid: "limit" must be a non-negative integer' };
+      filter.limit = Math.min(v, limits.maxLimit);
+    } else if (key.startsWith('#') && isIndexableTagName(key.slice(1))) {
+      const name = key.slice(1);
+      if (HEX_TAGS.has(name)) {
+        const list = hexList(key, v, limits);
+        if (!list.ok) return list;
+      } else {
+        if (!Array.isArray(v) || !v.every((x) => typeof x === 'string'))
+          return { ok: false, reason: `invalid: "${key}" must be an array of strings` };
+        if (v.length > limits.maxValuesPerArray)
+          return { ok: false, reason: `invalid: "${key}" has more than ${limits.maxValuesPerArray} values` };
+      }
+      filter.tags.push({ name, values: [...new Set(v as string[])] });
+    } else {
+      return { ok: false, reason: `unsupported: filter key "${key}"` };
+    }
+  }
+  return { ok: true, value: filter };
+}
+
+/** An empty list, or since > until, can match no event (NIP-01: lists hold one or more values). */
+export function matchesNothing(f: Filter): boolean {
+  return (
+    f.ids?.length === 0 ||
+    f.authors?.length === 0 ||
+    f.kinds?.length === 0 ||
+    f.tags.some((t) => t.values.length === 0) ||
+    (f.since !== undefined && f.until !== undefined && f.since > f.until)
+  );
+}
+
+/** The facts of an event that live matching needs, computed once per event. */
+export interface MatchableEvent {
+  event: NostrEvent;
+  tagKeys: Set<string>; // name + value of each indexed tag: the name is one character
+}
+
+export function toMatchable(event: NostrEvent): MatchableEvent {
+  return { event, tagKeys: new Set(indexedTags(event.tags).map(([name, value]) => name + value)) };
+}
+
+export type Matcher = (m: MatchableEvent) => boolean;
+
+/** Builds a matcher with sets for the lists, so large author or tag lists stay cheap per event. */
+export function compileFilter(f: Filter): Matcher {
+  if (matchesNothing(f)) return () => false;
+  const ids = f.ids && new Set(f.ids);
+  const authors = f.authors && new Set(f.authors);
+  const kinds = f.kinds && new Set(f.kinds);
+  const tagKeys = f.tags.map((t) => t.values.map((v) => t.name + v));
+  const { since, until } = f;
+  return ({ event, tagKeys: eventTags }) =>
+    (ids === undefined || ids.has(event.id)) &&
+    (authors === undefined || authors.has(event.pubkey)) &&
+    (kinds === undefined || kinds.has(event.kind)) &&
+    (since === undefined || event.created_at >= since) &&
+    (until === undefined || event.created_at <= until) &&
+    tagKeys.every((keys) => keys.some((k) => eventTags.has(k)));
+}
+
+export function matchFilter(f: Filter, event: NostrEvent): boolean {
+  return compileFilter(f)(toMatchable(event));
+}

@@ -1,0 +1,63 @@
+// NIP-01 wire messages: parsing what a client sends and encoding what the relay sends.
+
+export type ClientMessage =
+  | { type: 'EVENT'; event: unknown }
+  | { type: 'REQ'; subId: string; filters: unknown[] }
+  | { type: 'COUNT'; subId: string; filters: unknown[] }
+  | { type: 'CLOSE'; subId: string };
+
+export type ParsedMessage = { ok: true; message: ClientMessage } | { ok: false; notice: string };
+
+const fail = (notice: string): ParsedMessage => ({ ok: false, notice });
+
+/** Parses one text frame. Anything malformed becomes a NOTICE reason; nothing here throws. */
+export function parseClientMessage(text: string): ParsedMessage {
+  let data: unknown;
+  try {
+    data = JSON.parse(text);
+  } catch {
+    return fail('invalid: message is not valid JSON');
+  }
+  if (!Array.isArray(data) || typeof data[0] !== 'string')
+    return fail('invalid: message must be a JSON array starting with a string');
+  const [verb, ...rest] = data;
+  switch (verb) {
+    case 'EVENT':
+      if (rest.length !== 1) return fail('invalid: EVENT takes exactly one event');
+      return { ok: true, message: { type: 'EVENT', event: rest[0] } };
+    case 'REQ':
+    case 'COUNT':
+      if (typeof rest[0] !== 'string') return fail(`invalid: ${verb} needs a subscription id string`);
+      return { ok: true, message: { type: verb, subId: rest[0], filters: rest.slice(1) } };
+    case 'CLOSE':
+      if (typeof rest[0] !== 'string') return fail('invalid: CLOSE needs a subscription id string');
+      return { ok: true, message: { type: 'CLOSE', subId: rest[0] } };
+    default:
+      return fail(`invalid: unknown message type ${JSON.stringify(verb).slice(0, 40)}`);
+  }
+}
+
+/** `raw` is the stored canonical JSON of the event: sent as is, never re-serialised. */
+export function eventMessage(subId: string, raw: string): string {
+  return `["EVENT",${JSON.stringify(subId)},${raw}]`;
+}
+
+export function okMessage(eventId: string, accepted: boolean, reason = ''): string {
+  return JSON.stringify(['OK', eventId, accepted, reason]);
+}
+
+export function eoseMessage(subId: string): string {
+  return JSON.stringify(['EOSE', subId]);
+}
+
+export function closedMessage(subId: string, reason: string): string {
+  return JSON.stringify(['CLOSED', subId, reason]);
+}
+
+export function noticeMessage(text: string): string {
+  return JSON.stringify(['NOTICE', text]);
+}
+
+export function countMessage(subId: string, count: number): string {
+  return JSON.stringify(['COUNT', subId, { count }]);
+}

@@ -1,0 +1,193 @@
+// One client connection: NIP-01 messages in, replies out. Owns the connection's subscriptions.
+import type { WebSocket } from 'ws';
+import { parseFilter, type Filter } from '../nostr/filter.js';
+import {
+  closedMessage, countMessage, eoseMessage, eventMessage, noticeMessage, okMessage, parseClientMessage,
+} from '../nostr/messages.js';
+import { countEvents, streamEvents } from '../store/read.js';
+import { nowSeconds, type RelayContext } from './context.js';
+import { broadcast } from './fanout.js';
+import { ingestEvent } from './ingest.js';
+import type { Subscriber } from './subscriptions.js';
+
+const QUERY_CANCELED = '57014'; // PostgreSQL: statement_timeout
+
+/** A REQ: stored events first, then live ones. Live matches that arrive before EOSE wait in a queue. */
+class Subscription implements Subscriber {
+  closed = false;
+  private stored: Set<string> | undefined = new Set(); // ids sent before EOSE, to skip them if queued
+  private queued: Array<{ id: string; raw: string }> = [];
+
+  constructor(
+    readonly id: string,
+    private readonly connection: Connection,
+  ) {}
+
+  deliver(id: string, raw: string): void {
+    if (this.closed) return;
+    if (this.stored) this.queued.push({ id, raw });
+    else this.connection.send(eventMessage(this.id, raw));
+  }
+
+  sendStored(id: string, raw: string): void {
+    this.stored!.add(id);
+    this.connection.send(eventMessage(this.id, raw));
+  }
+
+  /** EOSE, then whatever went live meanwhile and was not already among the stored events. */
+  goLive(): void {
+    const stored = this.stored!;
+    this.stored = undefined;
+    this.connection.send(eoseMessage(this.id));
+    for (const { id, raw } of this.queued) if (!stored.has(id)) this.connection.send(eventMessage(this.id, raw));
+    this.queued = [];
+  }
+}
+
+export class Connection {
+  private readonly subscriptions = new Map<string, Subscription>();
+  private closed = false;
+
+  constructor(
+    private readonly ws: WebSocket,
+    private readonly ctx: RelayContext,
+    readonly remote: string,
+  ) {}
+
+  send(text: string): void {
+    if (this.closed) return;
+    if (this.ws.bufferedAmount > this.ctx.limits.maxBufferedBytes) {
+      this.close(1008, 'error: client is reading too slowly');
+      return;
+    }
+    this.ws.send(text);
+  }
+
+  /** Pauses a large answer until the socket has drained below half the cap (or gives up). */
+  private async drained(): Promise<boolean> {
+    const half = this.ctx.limits.maxBufferedBytes / 2;
+    for (let waited = 0; !this.closed && this.ws.bufferedAmount > half; waited += 10) {
+      if (waited > 30_000) {
+        this.close(1008, 'error: client is reading too slowly');
+        return false;
+      }
+      await new Promise((r) => setTimeout(r, 10));
+    }
+    return !this.closed;
+  }
+
+  close(code: number, reason: string): void {
+    if (this.closed) return;
+    this.dispose();
+    this.ws.close(code, reason);
+    // A peer that never answers the close handshake is cut off.
+    setTimeout(() => this.ws.terminate(), 2000).unref();
+  }
+
+  /** Drops every subscription; called when the socket closes. */
+  dispose(): void {
+    this.closed = true;
+    for (const sub of this.subscriptions.values()) this.endSubscription(sub);
+  }
+
+  async onMessage(data: Buffer): Promise<void> {
+    if (data.length > this.ctx.limits.maxMessageBytes) return this.refuseOversized(data);
+    const parsed = parseClientMessage(data.toString('utf8'));
+    if (!parsed.ok) return this.send(noticeMessage(parsed.notice));
+    const m = parsed.message;
+    switch (m.type) {
+      case 'EVENT':
+        return this.onEvent(m.event);
+      case 'REQ':
+        return this.onReq(m.subId, m.filters);
+      case 'COUNT':
+        return this.onCount(m.subId, m.filters);
+      case 'CLOSE': {
+        const sub = this.subscriptions.get(m.subId);
+        if (sub) this.endSubscription(sub);
+        return;
+      }
+    }
+  }
+
+  private refuseOversized(data: Buffer): void {
+    const reason = `invalid: message is larger than ${this.ctx.limits.maxMessageBytes} bytes`;
+    const parsed = parseClientMessage(data.toString('utf8'));
+    const id = parsed.ok && parsed.message.type === 'EVENT' ? (parsed.message.event as { id?: unknown })?.id : undefined;
+    if (parsed.ok && (parsed.message.type === 'REQ' || parsed.message.type === 'COUNT'))
+      return this.send(closedMessage(parsed.message.subId, reason));
+    if (typeof id === 'string') return this.send(okMessage(id, false, reason));
+    this.send(noticeMessage(reason));
+  }
+
+  private async onEvent(input: unknown): Promise<void> {
+    const result = await ingestEvent(this.ctx, input);
+    if (!result.id) this.send(noticeMessage(result.reason));
+    else this.send(okMessage(result.id, result.accepted, result.reason));
+    if (result.publish) broadcast(this.ctx.subscriptions, result.publish);
+  }
+
+  /** Sub id and filter checks shared by REQ and COUNT; sends CLOSED and returns undefined on failure. */
+  private parseFilters(subId: string, inputs: unknown[]): Filter[] | undefined {
+    const { limits } = this.ctx;
+    const refuse = (reason: string) => (this.send(closedMessage(subId, reason)), undefined);
+    if (subId.length === 0 || subId.length > limits.maxSubidLength)
+      return refuse(`invalid: subscription id must be 1 to ${limits.maxSubidLength} characters`);
+    if (inputs.length === 0) return refuse('invalid: at least one filter is required');
+    if (inputs.length > limits.maxFilters) return refuse(`invalid: at most ${limits.maxFilters} filters per request`);
+    const filters: Filter[] = [];
+    for (const input of inputs) {
+      const parsed = parseFilter(input, limits);
+      if (!parsed.ok) return refuse(parsed.reason);
+      filters.push(parsed.value);
+    }
+    return filters;
+  }
+
+  private endSubscription(sub: Subscription): void {
+    sub.closed = true;
+    this.ctx.subscriptions.remove(sub);
+    if (this.subscriptions.get(sub.id) === sub) this.subscriptions.delete(sub.id);
+  }
+
+  private async onReq(subId: string, inputs: unknown[]): Promise<void> {
+    const previous = this.subscriptions.get(subId);
+    if (previous) this.endSubscription(previous); // NIP-01: a REQ with an open id replaces it
+    const filters = this.parseFilters(subId, inputs);
+    if (!filters) return;
+    if (this.subscriptions.size >= this.ctx.limits.maxSubscriptions)
+      return this.send(closedMessage(subId, `rate-limited: at most ${this.ctx.limits.maxSubscriptions} open subscriptions per connection`));
+
+    const sub = new Subscription(subId, this);
+    this.subscriptions.set(subId, sub);
+    this.ctx.subscriptions.add(sub, filters); // before the query, so nothing committed meanwhile is missed
+    try {
+      await streamEvents(this.ctx.pool, filters, nowSeconds(), async (rows) => {
+        for (const row of rows) {
+          if (sub.closed) return false;
+          sub.sendStored(row.id, row.raw);
+        }
+        return !sub.closed && (await this.drained());
+      });
+    } catch (err) {
+      if (sub.closed) return;
+      this.endSubscription(sub);
+      const timedOut = (err as { code?: string }).code === QUERY_CANCELED;
+      if (!timedOut) this.ctx.log.error({ err: (err as Error).message, subId }, 'REQ query failed');
+      return this.send(closedMessage(subId, timedOut ? 'error: query timed out' : 'error: could not query stored events'));
+    }
+    if (!sub.closed) sub.goLive();
+  }
+
+  /** NIP-45: one count for the union of the filters; no subscription is kept. */
+  private async onCount(subId: string, inputs: unknown[]): Promise<void> {
+    const filters = this.parseFilters(subId, inputs);
+    if (!filters) return;
+    try {
+      this.send(countMessage(subId, await countEvents(this.ctx.pool, filters, nowSeconds())));
+    } catch (err) {
+      const timedOut = (err as { code?: string }).code === QUERY_CANCELED;
+      this.send(closedMessage(subId, timedOut ? 'error: count timed out' : 'error: could not count events'));
+    }
+  }
+}

@@ -1,0 +1,60 @@
+// NIP-11 relay information document, served on the WebSocket URL to `Accept: application/nostr+json`.
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { Config } from '../config.js';
+import type { Limits } from './limits.js';
+import { SOFTWARE_URL, VERSION } from '../version.js';
+
+export const SUPPORTED_NIPS = [1, 9, 11, 13, 40, 45, 70];
+
+export function relayInformation(config: Config, limits: Limits) {
+  return {
+    name: config.RELAY_NAME,
+    description: config.RELAY_DESCRIPTION,
+    ...(config.RELAY_PUBKEY ? { pubkey: config.RELAY_PUBKEY } : {}),
+    ...(config.RELAY_CONTACT ? { contact: config.RELAY_CONTACT } : {}),
+    supported_nips: SUPPORTED_NIPS,
+    software: SOFTWARE_URL,
+    version: VERSION,
+    limitation: {
+      max_message_length: limits.maxMessageBytes,
+      max_subscriptions: limits.maxSubscriptions,
+      max_filters: limits.maxFilters,
+      max_limit: limits.maxLimit,
+      default_limit: limits.defaultLimit,
+      max_subid_length: limits.maxSubidLength,
+      max_event_tags: limits.maxEventTags,
+      max_content_length: limits.maxContentLength,
+      min_pow_difficulty: limits.minPowDifficulty,
+      auth_required: false,
+      payment_required: false,
+      restricted_writes: limits.minPowDifficulty > 0,
+      created_at_lower_limit: limits.createdAtPastSeconds || undefined,
+      created_at_upper_limit: limits.createdAtFutureSeconds,
+    },
+  };
+}
+
+const CORS = {
+  'Access-Control-Allow-Origin': '*',
+  'Access-Control-Allow-Headers': '*',
+  'Access-Control-Allow-Methods': 'GET, OPTIONS',
+};
+
+/** Plain HTTP on the relay's port: the NIP-11 document, CORS preflight, or a short human page. */
+export function handleHttp(req: IncomingMessage, res: ServerResponse, info: object): void {
+  if (req.method === 'OPTIONS') {
+    res.writeHead(204, CORS).end();
+    return;
+  }
+  if (req.method !== 'GET' && req.method !== 'HEAD') {
+    res.writeHead(405, { ...CORS, Allow: 'GET, HEAD, OPTIONS' }).end();
+    return;
+  }
+  if ((req.headers.accept ?? '').includes('application/nostr+json')) {
+    res.writeHead(200, { ...CORS, 'Content-Type': 'application/nostr+json' }).end(JSON.stringify(info));
+    return;
+  }
+  res
+    .writeHead(200, { ...CORS, 'Content-Type': 'text/plain; charset=utf-8' })
+    .end('This is a Nostr relay. Connect with a Nostr client over WebSocket (wss://) to this address.\n');
+}

