@@ -1,0 +1,95 @@
+// A plain WebSocket test client that records every message, so tests can assert exact replies.
+import WebSocket from 'ws';
+import type { NostrEvent } from '../../src/nostr/event.js';
+
+export type RelayMessage = [string, ...unknown[]];
+
+export class TestClient {
+  readonly messages: RelayMessage[] = [];
+  private waiters: Array<() => void> = [];
+  closeInfo: { code: number; reason: string } | undefined;
+
+  private constructor(readonly ws: WebSocket) {
+    ws.on('message', (data) => {
+      this.messages.push(JSON.parse(data.toString()));
+      this.wake();
+    });
+    ws.on('close', (code, reason) => {
+      this.closeInfo = { code, reason: reason.toString() };
+      this.wake();
+    });
+  }
+
+  static async connect(url: string): Promise<TestClient> {
+    const ws = new WebSocket(url);
+    const client = new TestClient(ws);
+    await new Promise<void>((resolve, reject) => {
+      ws.once('open', () => resolve());
+      ws.once('error', reject);
+    });
+    return client;
+  }
+
+  private wake(): void {
+    const waiters = this.waiters;
+    this.waiters = [];
+    waiters.forEach((w) => w());
+  }
+
+  send(message: unknown): void {
+    this.ws.send(typeof message === 'string' ? message : JSON.stringify(message));
+  }
+
+  /** Waits for the first message (from `from` on) that satisfies `test`; returns its index too. */
+  async waitFor(test: (m: RelayMessage) => boolean, timeoutMs = 10_000, from = 0): Promise<RelayMessage> {
+    const deadline = Date.now() + timeoutMs;
+    for (;;) {
+      const found = this.messages.slice(from).find(test);
+      if (found) return found;
+      if (this.closeInfo) throw new Error(`socket closed (${this.closeInfo.code} ${this.closeInfo.reason}) while waiting`);
+      const left = deadline - Date.now();
+      if (left <= 0) throw new Error(`timed out waiting; got ${JSON.stringify(this.messages.slice(-5))}`);
+      await new Promise<void>((resolve) => {
+        const timer = setTimeout(resolve, left);
+        this.waiters.push(() => (clearTimeout(timer), resolve()));
+      });
+    }
+  }
+
+  /** Sends an EVENT and returns its OK as [accepted, reason]. */
+  async publish(event: NostrEvent | Record<string, unknown>): Promise<[boolean, string]> {
+    const from = this.messages.length;
+    this.send(['EVENT', event]);
+    const ok = await this.waitFor((m) => m[0] === 'OK' && m[1] === event.id, 10_000, from);
+    return [ok[2] as boolean, ok[3] as string];
+  }
+
+  /** Sends a REQ and returns the stored events up to EOSE, or throws with the CLOSED reason. */
+  async query(subId: string, ...filters: object[]): Promise<NostrEvent[]> {
+    const from = this.messages.length;
+    this.send(['REQ', subId, ...filters]);
+    const end = await this.waitFor((m) => (m[0] === 'EOSE' || m[0] === 'CLOSED') && m[1] === subId, 10_000, from);
+    if (end[0] === 'CLOSED') throw new Error(`CLOSED: ${end[2]}`);
+    const endIndex = this.messages.indexOf(end);
+    return this.messages
+      .slice(from, endIndex)
+      .filter((m) => m[0] === 'EVENT' && m[1] === subId)
+      .map((m) => m[2] as NostrEvent);
+  }
+
+  /** Sends a REQ expected to be refused; returns the CLOSED reason. */
+  async refused(subId: string, ...filters: unknown[]): Promise<string> {
+    const from = this.messages.length;
+    this.send(['REQ', subId, ...filters]);
+    const closed = await this.waitFor((m) => m[0] === 'CLOSED' && m[1] === subId, 10_000, from);
+    return closed[2] as string;
+  }
+
+  eventsFor(subId: string, from = 0): NostrEvent[] {
+    return this.messages.slice(from).filter((m) => m[0] === 'EVENT' && m[1] === subId).map((m) => m[2] as NostrEvent);
+  }
+
+  close(): void {
+    this.ws.close();
+  }
+}

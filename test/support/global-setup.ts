@@ -1,0 +1,33 @@
+// One real PostgreSQL for the whole run: the embedded server in a fresh temporary folder (exactly
+// what the relay uses without DATABASE_URL), or the server at TEST_DATABASE_URL when that is set.
+// Each test file then creates its own database on it.
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import type { TestProject } from 'vitest/node';
+import { createLogger } from '../../src/log.js';
+import { startEmbeddedPostgres, type EmbeddedPostgres } from '../../src/store/embedded.js';
+
+declare module 'vitest' {
+  export interface ProvidedContext {
+    pgAdminUrl: string;
+  }
+}
+
+let embedded: EmbeddedPostgres | undefined;
+let dataDir: string | undefined;
+
+export async function setup(project: TestProject): Promise<void> {
+  let url = process.env.TEST_DATABASE_URL;
+  if (!url) {
+    dataDir = await mkdtemp(path.join(tmpdir(), 'pgrelay-test-'));
+    embedded = await startEmbeddedPostgres(dataDir, 0, createLogger('warn'));
+    url = embedded.adminUrl;
+  }
+  project.provide('pgAdminUrl', url);
+}
+
+export async function teardown(): Promise<void> {
+  await embedded?.stop();
+  if (dataDir) await rm(dataDir, { recursive: true, force: true });
+}

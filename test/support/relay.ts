@@ -1,0 +1,32 @@
+// A real relay for a test file: its own database on the test server, a random port, real sockets.
+import { parseConfig, type Config } from '../../src/config.js';
+import { createLogger } from '../../src/log.js';
+import { openDatabase, type Database } from '../../src/store/database.js';
+import { startRelay, type RelayServer } from '../../src/relay/server.js';
+import { createTestDatabase } from './database.js';
+
+export interface TestRelay {
+  url: string;
+  config: Config;
+  db: Database;
+  relay: RelayServer;
+  close(): Promise<void>;
+}
+
+export async function startTestRelay(env: Record<string, string> = {}): Promise<TestRelay> {
+  const databaseUrl = await createTestDatabase();
+  const config = parseConfig({ PORT: '0', HOST: '127.0.0.1', LOG_LEVEL: process.env.TEST_LOG_LEVEL ?? 'silent', ...env, DATABASE_URL: databaseUrl });
+  const log = createLogger(config.LOG_LEVEL);
+  const db = await openDatabase(config, log);
+  const relay = await startRelay(config, db.pool, log);
+  return {
+    url: relay.url,
+    config,
+    db,
+    relay,
+    async close() {
+      await relay.close();
+      await db.close();
+    },
+  };
+}
