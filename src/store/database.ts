@@ -53,19 +53,25 @@ export function createKnex(url: string): Knex {
   return knexFactory({ client: 'pg', connection: url, pool: { min: 0, max: 4 } });
 }
 
-/** Connects (starting the embedded server if needed) and runs pending migrations. */
-export async function openDatabase(config: Config, log: Logger): Promise<Database> {
+/** Connects (starting the embedded server if needed) and, unless told not to, runs pending migrations. */
+export async function openDatabase(
+  config: Config,
+  log: Logger,
+  options: { migrate?: boolean; ownEmbeddedServer?: boolean } = {},
+): Promise<Database> {
   let embedded: EmbeddedPostgres | undefined;
   let url = config.DATABASE_URL;
   if (!url) {
-    embedded = await startEmbeddedPostgres(config.DATA_DIR, config.EMBEDDED_PG_PORT, log);
+    embedded = await startEmbeddedPostgres(config.DATA_DIR, config.EMBEDDED_PG_PORT, log, options.ownEmbeddedServer ?? true);
     await ensureDatabase(embedded.adminUrl, EMBEDDED_DATABASE);
     url = withDatabaseName(embedded.adminUrl, EMBEDDED_DATABASE);
   }
   const knex = createKnex(url);
   try {
-    const applied = await migrateLatest(knex);
-    if (applied.length) log.info({ applied }, 'migrations applied');
+    if (options.migrate !== false) {
+      const applied = await migrateLatest(knex);
+      if (applied.length) log.info({ applied }, 'migrations applied');
+    }
   } catch (err) {
     await knex.destroy();
     await embedded?.stop();

@@ -109,7 +109,12 @@ async function runningPort(bin: Binaries, pgdata: string, runAs: RunAs): Promise
   return Number(pidFile.split('\n')[3]);
 }
 
-export async function startEmbeddedPostgres(dataDirSetting: string, portSetting: number, log: Logger): Promise<EmbeddedPostgres> {
+/**
+ * Starts (or joins) the embedded server in `dataDirSetting`. A server found already running is
+ * joined: the relay (`owner`) then stops it at exit, as it is the leftover of a crashed relay; an
+ * operator command run beside a live relay leaves it running.
+ */
+export async function startEmbeddedPostgres(dataDirSetting: string, portSetting: number, log: Logger, owner = true): Promise<EmbeddedPostgres> {
   const bin = await binaries();
   const dataDir = path.resolve(dataDirSetting);
   const pgdata = path.join(dataDir, 'pg');
@@ -119,11 +124,12 @@ export async function startEmbeddedPostgres(dataDirSetting: string, portSetting:
   if (!existsSync(path.join(pgdata, 'PG_VERSION'))) await initialise(bin, pgdata, dataDir, runAs, log);
   const password = (await readFile(path.join(dataDir, 'password'), 'utf8')).trim();
 
-  let port = await runningPort(bin, pgdata, runAs);
-  if (port) {
-    log.warn({ pgdata, port }, 'adopting an embedded PostgreSQL left running by an earlier process');
+  const running = await runningPort(bin, pgdata, runAs);
+  const joined = running !== undefined;
+  const port = running ?? (portSetting || (await freePort()));
+  if (joined) {
+    if (owner) log.warn({ pgdata, port }, 'adopting an embedded PostgreSQL left running by an earlier process');
   } else {
-    port = portSetting || (await freePort());
     const logFile = path.join(dataDir, 'postgres.log');
     await run(bin.pg_ctl, ['start', '-D', pgdata, '-l', logFile, '-w', '-t', '120', '-o', `-p ${port}`], runAs);
     log.info({ pgdata, port }, 'embedded PostgreSQL started');
@@ -133,6 +139,7 @@ export async function startEmbeddedPostgres(dataDirSetting: string, portSetting:
     adminUrl,
     port,
     async stop() {
+      if (joined && !owner) return;
       await run(bin.pg_ctl, ['stop', '-D', pgdata, '-m', 'fast', '-w', '-t', '60'], runAs);
       log.info({ pgdata }, 'embedded PostgreSQL stopped');
     },

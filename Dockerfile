@@ -1,0 +1,23 @@
+# Build stage: compile TypeScript.
+FROM node:20-bookworm-slim AS build
+WORKDIR /app
+COPY package.json package-lock.json ./
+RUN npm ci
+COPY tsconfig.json ./
+COPY src ./src
+COPY migrations ./migrations
+RUN npm run build
+
+# Runtime stage: production dependencies and the build only.
+FROM node:20-bookworm-slim
+ENV NODE_ENV=production HOST=0.0.0.0 PORT=8008 DATA_DIR=/data
+WORKDIR /app
+COPY package.json package-lock.json ./
+RUN npm ci --omit=dev && npm cache clean --force
+COPY --from=build /app/dist ./dist
+# Without DATABASE_URL the embedded PostgreSQL keeps its data here; it runs as the `node` user.
+RUN mkdir -p /data && chown node:node /data
+VOLUME /data
+USER node
+EXPOSE 8008
+CMD ["node", "dist/src/main.js"]
