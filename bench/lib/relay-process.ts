@@ -1,0 +1,51 @@
+// Starts the relay as a separate process (as operators run it), so a benchmark's client never
+// shares an event loop with the relay it measures.
+import { spawn, type ChildProcess } from 'node:child_process';
+import { createInterface } from 'node:readline';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+export interface RelayProcess {
+  url: string;
+  pid: number;
+  child: ChildProcess;
+  stop(): Promise<void>;
+}
+
+const MAIN = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../src/main.js');
+
+/** `env` overrides the relay's configuration; LOG_LEVEL stays `info`, since its start-up line carries the URL. */
+export async function startRelayProcess(env: Record<string, string> = {}): Promise<RelayProcess> {
+  const child = spawn(process.execPath, [MAIN], {
+    env: { ...process.env, PORT: '0', ...env, LOG_LEVEL: 'info' },
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
+  const url = await new Promise<string>((resolve, reject) => {
+    const lines = createInterface({ input: child.stdout! });
+    const timer = setTimeout(() => reject(new Error('relay did not start listening within 120 s')), 120_000);
+    child.once('exit', (code) => reject(new Error(`relay exited with code ${code} before listening`)));
+    lines.on('line', (line) => {
+      try {
+        const entry = JSON.parse(line);
+        if (entry.msg === 'relay listening') {
+          clearTimeout(timer);
+          resolve(entry.url);
+        }
+        if (entry.level >= 50) console.error(line);
+      } catch {
+        /* not a log line */
+      }
+    });
+  });
+  return {
+    url,
+    pid: child.pid!,
+    child,
+    stop: () =>
+      new Promise<void>((resolve) => {
+        if (child.exitCode !== null) return resolve();
+        child.once('exit', () => resolve());
+        child.kill('SIGTERM');
+      }),
+  };
+}

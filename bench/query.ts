@@ -1,0 +1,175 @@
+// npm run bench:query: REQ latency through the real path (WebSocket → relay → PostgreSQL → EOSE) for
+// every common filter shape, side by side with the JSONB `@>` baseline on the same data. See --help.
+import { mkdir, writeFile } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { parseArgs } from 'node:util';
+import WebSocket from 'ws';
+import { loadConfig } from '../src/config.js';
+import { createLogger } from '../src/log.js';
+import { parseFilter } from '../src/nostr/filter.js';
+import { openDatabase } from '../src/store/database.js';
+import { reqToSql } from '../src/store/query.js';
+import { baselineSql, createBaseline, dropBaseline } from './lib/jsonb-baseline.js';
+import { loadManifest } from './lib/manifest.js';
+import { startRelayProcess } from './lib/relay-process.js';
+import { queryShapes, type Filter } from './lib/shapes.js';
+import { ms, summarize, type Summary } from './lib/stats.js';
+
+const HELP = `usage: npm run bench:query -- [options]
+
+Runs each REQ shape against the relay over a WebSocket (the clock stops at EOSE) and, unless
+--no-baseline, the same filters as JSONB @> SQL on a benchmark-only copy of the events (created and
+dropped here). Needs a seeded database (npm run bench:seed) at DATABASE_URL or DATA_DIR.
+
+options:
+  --iterations N           REQs per shape (default 50)
+  --baseline-iterations N  baseline queries per shape (default 10)
+  --no-baseline            skip the JSONB baseline
+  --keep-baseline          keep the baseline table for another run
+  --shapes a,b             only these shapes
+  --out DIR                output folder (default bench-out/query)`;
+
+interface Row {
+  shape: string;
+  description: string;
+  rows: number;
+  ours: Summary;
+  baseline?: Summary;
+  baselineRows?: number;
+}
+
+function connect(url: string): Promise<WebSocket> {
+  return new Promise((resolve, reject) => {
+    const ws = new WebSocket(url);
+    ws.once('open', () => resolve(ws));
+    ws.once('error', reject);
+  });
+}
+
+/** Sends one REQ and resolves at EOSE with the elapsed milliseconds and the events received. */
+function timedReq(ws: WebSocket, subId: string, filters: Filter[]): Promise<{ ms: number; events: number }> {
+  return new Promise((resolve, reject) => {
+    let events = 0;
+    const started = performance.now();
+    const onMessage = (data: WebSocket.RawData) => {
+      const text = data.toString();
+      if (text.startsWith('["EVENT"')) events++;
+      else if (text.startsWith('["EOSE"') || text.startsWith('["CLOSED"')) {
+        const m = JSON.parse(text);
+        if (m[1] !== subId) return;
+        ws.off('message', onMessage);
+        ws.send(JSON.stringify(['CLOSE', subId]));
+        if (m[0] === 'CLOSED') reject(new Error(`CLOSED: ${m[2]}`));
+        else resolve({ ms: performance.now() - started, events });
+      }
+    };
+    ws.on('message', onMessage);
+    ws.send(JSON.stringify(['REQ', subId, ...filters]));
+  });
+}
+
+async function main(): Promise<void> {
+  const { values } = parseArgs({
+    options: {
+      iterations: { type: 'string', default: '50' },
+      'baseline-iterations': { type: 'string', default: '10' },
+      'no-baseline': { type: 'boolean', default: false },
+      'keep-baseline': { type: 'boolean', default: false },
+      shapes: { type: 'string' },
+      out: { type: 'string', default: 'bench-out/query' },
+      help: { type: 'boolean', default: false },
+    },
+  });
+  if (values.help) return console.log(HELP);
+  const iterations = Number(values.iterations);
+  const baselineIterations = Number(values['baseline-iterations']);
+  const outDir = path.resolve(values.out!);
+  await mkdir(path.join(outDir, 'explain'), { recursive: true });
+
+  const config = loadConfig();
+  const log = createLogger('warn', 2);
+  const relay = await startRelayProcess();
+  const db = await openDatabase(config, log, { migrate: false, ownEmbeddedServer: false });
+  const say = (s: string) => console.error(s);
+  try {
+    const manifest = await loadManifest(db.pool);
+    if (!manifest) throw new Error('no benchmark manifest in this database: run npm run bench:seed first');
+    const { rows: countRows } = await db.pool.query('SELECT count(*)::bigint AS n FROM events');
+    const eventCount = Number(countRows[0].n);
+    say(`${eventCount} events; relay at ${relay.url}`);
+    const wanted = values.shapes?.split(',');
+    const shapes = queryShapes(manifest).filter((s) => !wanted || wanted.includes(s.name));
+    const ws = await connect(relay.url);
+    const results: Row[] = [];
+    if (!values['no-baseline']) await createBaseline(db.pool, say);
+    await db.pool.query(`SET statement_timeout = '120s'`);
+
+    for (const shape of shapes) {
+      const samples: number[] = [];
+      let rows = 0;
+      for (let i = 0; i < 3; i++) await timedReq(ws, 'warm', shape.filters()); // warm caches and the pool
+      for (let i = 0; i < iterations; i++) {
+        const r = await timedReq(ws, `q${i}`, shape.filters());
+        samples.push(r.ms);
+        rows = Math.max(rows, r.events);
+      }
+      const row: Row = { shape: shape.name, description: shape.description, rows, ours: summarize(samples) };
+
+      // EXPLAIN of our SQL and of the baseline, for one representative request.
+      const filters = shape.filters();
+      const parsed = filters.map((f) => {
+        const p = parseFilter(f, { maxValuesPerArray: 10_000, defaultLimit: config.DEFAULT_LIMIT, maxLimit: config.MAX_LIMIT });
+        if (!p.ok) throw new Error(`${shape.name}: ${p.reason}`);
+        return p.value;
+      });
+      const ours = reqToSql(parsed, Math.floor(Date.now() / 1000))!;
+      const plan = await db.pool.query(`EXPLAIN (ANALYZE, BUFFERS) ${ours.text}`, ours.values);
+      await writeFile(path.join(outDir, 'explain', `${shape.name}.ours.txt`), plan.rows.map((r) => r['QUERY PLAN']).join('\n') + '\n');
+
+      if (!values['no-baseline']) {
+        const baseSamples: number[] = [];
+        for (let i = 0; i < baselineIterations; i++) {
+          const sql = baselineSql(shape.filters(), config.DEFAULT_LIMIT);
+          const started = performance.now();
+          const r = await db.pool.query(sql.text, sql.values);
+          baseSamples.push(performance.now() - started);
+          row.baselineRows = Math.max(row.baselineRows ?? 0, r.rowCount ?? 0);
+        }
+        row.baseline = summarize(baseSamples);
+        const sql = baselineSql(filters, config.DEFAULT_LIMIT);
+        const basePlan = await db.pool.query(`EXPLAIN (ANALYZE, BUFFERS) ${sql.text}`, sql.values);
+        await writeFile(path.join(outDir, 'explain', `${shape.name}.baseline.txt`), basePlan.rows.map((r) => r['QUERY PLAN']).join('\n') + '\n');
+      }
+      results.push(row);
+      const b = row.baseline;
+      say(`${shape.name.padEnd(16)} rows ${String(rows).padStart(4)}  ours p50 ${ms(row.ours.p50)} p95 ${ms(row.ours.p95)} p99 ${ms(row.ours.p99)} ms` +
+        (b ? `  |  @> p50 ${ms(b.p50)} p95 ${ms(b.p95)} ms  (×${(b.p50 / row.ours.p50).toFixed(0)})` : ''));
+    }
+    ws.close();
+    if (!values['no-baseline'] && !values['keep-baseline']) await dropBaseline(db.pool);
+
+    const table = [
+      `${eventCount.toLocaleString('en-US')} events · ${os.cpus().length} cores (${os.cpus()[0]?.model ?? 'unknown CPU'}) · ${iterations} REQs per shape over one WebSocket, clock stops at EOSE; baseline: ${baselineIterations} runs of the same filters as JSONB @> SQL (GIN index), timed at the database`,
+      '',
+      '| shape | rows | ours p50 | ours p95 | ours p99 | @> p50 | @> p95 | @> p99 | speed-up (p50) |',
+      '|---|---:|---:|---:|---:|---:|---:|---:|---:|',
+      ...results.map((r) =>
+        `| ${r.shape} | ${r.rows} | ${ms(r.ours.p50)} | ${ms(r.ours.p95)} | ${ms(r.ours.p99)} | ${ms(r.baseline?.p50 ?? NaN)} | ${ms(r.baseline?.p95 ?? NaN)} | ${ms(r.baseline?.p99 ?? NaN)} | ${r.baseline ? '×' + (r.baseline.p50 / r.ours.p50).toFixed(0) : '–'} |`),
+      '',
+      'Times in milliseconds.',
+    ].join('\n');
+    await writeFile(path.join(outDir, 'results.md'), table + '\n');
+    await writeFile(path.join(outDir, 'results.json'), JSON.stringify({ events: eventCount, iterations, results }, null, 2));
+    console.log(table);
+    say(`\nwritten to ${outDir} (results.md, results.json, explain/)`);
+  } finally {
+    await db.close();
+    await relay.stop();
+  }
+}
+
+main().catch((err) => {
+  console.error(`error: ${err instanceof Error ? err.message : String(err)}`);
+  process.exit(1);
+});
