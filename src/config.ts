@@ -40,6 +40,12 @@ const schema = z.object({
   CREATED_AT_PAST_SECONDS: int(0).default(0),
   MIN_POW_DIFFICULTY: int(0, 256).default(0),
 
+  // Ingest pipeline.
+  VERIFY_THREADS: z.union([z.literal('auto'), int(0, 64)]).default('auto'),
+  WRITE_BATCH_SIZE: int(1, 10000).default(500),
+  WRITE_QUEUE_MAX: int(1).default(20000),
+  MAX_PENDING_EVENTS: int(1).default(500),
+
   // Connections and maintenance.
   MAX_BUFFERED_BYTES: int(1024).default(8 * 1024 * 1024),
   EXPIRY_SWEEP_SECONDS: int(1).default(60),

@@ -1,6 +1,6 @@
 // NIP-01 filters: parsing with the relay's limits, and in-memory matching for live events.
 import { HEX64, type Checked, type NostrEvent } from './event.js';
-import { indexedTags, isIndexableTagName } from './tags.js';
+import { indexedTags, isIndexableTagName, isIndexableTagValue } from './tags.js';
 
 export interface TagCondition {
   name: string; // a single letter, case-sensitive
@@ -75,7 +75,11 @@ export function parseFilter(input: unknown, limits: FilterLimits): Checked<Filte
         if (v.length > limits.maxValuesPerArray)
           return { ok: false, reason: `invalid: "${key}" has more than ${limits.maxValuesPerArray} values` };
       }
-      filter.tags.push({ name, values: [...new Set(v as string[])] });
+      // A value no event is indexed under can never match, so it is dropped (a list left empty then
+      // matches nothing). This also keeps it out of the SQL: PostgreSQL TEXT refuses NUL (the REQ
+      // failed), and a lone surrogate is sent as U+FFFD, which matched events tagged U+FFFD.
+      const values = (v as string[]).filter((x) => x.isWellFormed() && isIndexableTagValue(x));
+      filter.tags.push({ name, values: [...new Set(values)] });
     } else {
       return { ok: false, reason: `unsupported: filter key "${key}"` };
     }

@@ -47,6 +47,7 @@ class Subscription implements Subscriber {
 export class Connection {
   private readonly subscriptions = new Map<string, Subscription>();
   private closed = false;
+  private pendingEvents = 0;
 
   constructor(
     private readonly ws: WebSocket,
@@ -121,7 +122,19 @@ export class Connection {
   }
 
   private async onEvent(input: unknown): Promise<void> {
-    const result = await ingestEvent(this.ctx, input);
+    // Backpressure: a publisher may have only so many events awaiting their OK.
+    if (this.pendingEvents >= this.ctx.limits.maxPendingEvents) {
+      const id = (input as { id?: unknown } | null)?.id;
+      const reason = `rate-limited: more than ${this.ctx.limits.maxPendingEvents} events awaiting OK on this connection`;
+      return this.send(typeof id === 'string' ? okMessage(id, false, reason) : noticeMessage(reason));
+    }
+    this.pendingEvents++;
+    let result;
+    try {
+      result = await ingestEvent(this.ctx, input);
+    } finally {
+      this.pendingEvents--;
+    }
     if (!result.id) this.send(noticeMessage(result.reason));
     else this.send(okMessage(result.id, result.accepted, result.reason));
     if (result.publish) broadcast(this.ctx.subscriptions, result.publish);
@@ -164,10 +177,12 @@ export class Connection {
     try {
       await streamEvents(this.ctx.pool, filters, nowSeconds(), async (rows) => {
         for (const row of rows) {
-          if (sub.closed) return false;
+          // Drain before each event, not each batch: a batch of large events (256 × up to
+          // maxMessageBytes) can exceed maxBufferedBytes and cut off a client that is reading.
+          if (!(await this.drained()) || sub.closed) return false;
           sub.sendStored(row.id, row.raw);
         }
-        return !sub.closed && (await this.drained());
+        return !sub.closed;
       });
     } catch (err) {
       if (sub.closed) return;

@@ -1,8 +1,10 @@
 import type pg from 'pg';
 import type { Config } from '../config.js';
 import type { Logger } from '../log.js';
+import type { EventWriter } from '../store/writer.js';
 import type { Limits } from './limits.js';
 import type { SubscriptionIndex } from './subscriptions.js';
+import type { SignatureVerifier } from './verifier.js';
 
 /** The state shared by every connection of one relay process. */
 export interface RelayContext {
@@ -11,8 +13,9 @@ export interface RelayContext {
   pool: pg.Pool;
   log: Logger;
   subscriptions: SubscriptionIndex;
-  /** Writes not yet answered: shutdown waits for them so no accepted event is lost. */
-  inflightWrites: Set<Promise<unknown>>;
+  verifier: SignatureVerifier;
+  /** Group commit; shutdown drains it, so every event it took gets its OK. */
+  writer: EventWriter;
   closing: boolean;
 }
 

@@ -1,8 +1,9 @@
-// The EVENT path: shape → id → signature → policy → store (or, for ephemeral kinds, nothing) → the
-// reply. Fan-out is the caller's next step, after it has sent OK.
-import { checkIdAndSignature, parseEvent } from '../nostr/event.js';
+// The EVENT path: shape → policy → id and signature (worker pool) → group-committed write (or, for
+// ephemeral kinds, nothing) → the reply. Fan-out is the caller's next step, after it has sent OK.
+import { parseEvent } from '../nostr/event.js';
 import { isEphemeral } from '../nostr/kinds.js';
-import { prepareEvent, writeEvent, type PreparedEvent } from '../store/write.js';
+import { prepareEvent, type PreparedEvent } from '../store/write.js';
+import { WriterBusyError } from '../store/writer.js';
 import { nowSeconds, type RelayContext } from './context.js';
 import { checkEventPolicy } from './policy.js';
 
@@ -23,29 +24,29 @@ export async function ingestEvent(ctx: RelayContext, input: unknown): Promise<In
   const parsed = parseEvent(input);
   if (!parsed.ok) return { id: idOf(input), accepted: false, reason: parsed.reason };
   const event = parsed.value;
-  const refused = checkIdAndSignature(event) ?? checkEventPolicy(event, ctx.limits, nowSeconds());
-  if (refused) return { id: event.id, accepted: false, reason: refused };
+  const refuse = (reason: string): IngestResult => ({ id: event.id, accepted: false, reason });
+  // Policy first: it is cheap, and spares the signature check for events we refuse anyway.
+  const policy = checkEventPolicy(event, ctx.limits, nowSeconds());
+  if (policy) return refuse(policy);
+  const invalid = await ctx.verifier.verify(event);
+  if (invalid) return refuse(invalid);
 
   const prepared = prepareEvent(event);
   if (isEphemeral(event.kind)) return { id: event.id, accepted: true, reason: '', publish: prepared };
-  if (ctx.closing) return { id: event.id, accepted: false, reason: 'error: relay is shutting down, try again later' };
-
-  const write = writeEvent(ctx.pool, prepared);
-  ctx.inflightWrites.add(write);
+  if (ctx.closing) return refuse('error: relay is shutting down, try again later');
   try {
-    const result = await write;
+    const result = await ctx.writer.submit(prepared);
     switch (result.status) {
       case 'stored':
         return { id: event.id, accepted: true, reason: '', publish: prepared };
       case 'duplicate':
         return { id: event.id, accepted: true, reason: 'duplicate: already have this event' };
       case 'rejected':
-        return { id: event.id, accepted: false, reason: result.reason };
+        return refuse(result.reason);
     }
   } catch (err) {
+    if (err instanceof WriterBusyError) return refuse('rate-limited: the relay is busy writing, try again shortly');
     ctx.log.error({ err: (err as Error).message, id: event.id }, 'storing an event failed');
-    return { id: event.id, accepted: false, reason: 'error: could not store the event, try again later' };
-  } finally {
-    ctx.inflightWrites.delete(write);
+    return refuse('error: could not store the event, try again later');
   }
 }

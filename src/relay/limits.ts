@@ -14,6 +14,7 @@ export interface Limits extends FilterLimits {
   createdAtPastSeconds: number; // 0: no lower bound
   minPowDifficulty: number;
   maxBufferedBytes: number;
+  maxPendingEvents: number; // per connection, events awaiting their OK
 }
 
 export function limitsFrom(config: Config): Limits {
@@ -31,5 +32,6 @@ export function limitsFrom(config: Config): Limits {
     createdAtPastSeconds: config.CREATED_AT_PAST_SECONDS,
     minPowDifficulty: config.MIN_POW_DIFFICULTY,
     maxBufferedBytes: config.MAX_BUFFERED_BYTES,
+    maxPendingEvents: config.MAX_PENDING_EVENTS,
   };
 }

@@ -13,6 +13,8 @@ import { nowSeconds, type RelayContext } from './context.js';
 import { limitsFrom } from './limits.js';
 import { handleHttp, relayInformation } from './nip11.js';
 import { SubscriptionIndex } from './subscriptions.js';
+import { SignatureVerifier } from './verifier.js';
+import { EventWriter } from '../store/writer.js';
 
 export interface RelayServer {
   url: string;
@@ -37,7 +39,14 @@ function remoteAddress(req: IncomingMessage, trustProxy: boolean): string {
 export async function startRelay(config: Config, pool: pg.Pool, log: Logger): Promise<RelayServer> {
   const limits = limitsFrom(config);
   const ctx: RelayContext = {
-    config, limits, pool, log, subscriptions: new SubscriptionIndex(), inflightWrites: new Set(), closing: false,
+    config,
+    limits,
+    pool,
+    log,
+    subscriptions: new SubscriptionIndex(),
+    verifier: new SignatureVerifier(config.VERIFY_THREADS),
+    writer: new EventWriter(pool, log, config.WRITE_BATCH_SIZE, config.WRITE_QUEUE_MAX),
+    closing: false,
   };
   const info = relayInformation(config, limits);
   const http = createServer((req, res) => handleHttp(req, res, info));
@@ -105,12 +114,13 @@ export async function startRelay(config: Config, pool: pg.Pool, log: Logger): Pr
       const stopped = new Promise<void>((resolve) => http.close(() => resolve()));
       // Every event already being written gets its OK before its socket closes.
       const deadline = new Promise((r) => setTimeout(r, config.SHUTDOWN_TIMEOUT_MS).unref());
-      await Promise.race([Promise.allSettled([...ctx.inflightWrites]), deadline]);
+      await Promise.race([ctx.writer.drain(), deadline]);
       await new Promise((r) => setImmediate(r));
       for (const connection of connections.values()) connection.close(1001, 'relay shutting down');
       wss.close();
       await Promise.race([stopped, deadline]);
       for (const ws of connections.keys()) ws.terminate();
+      await ctx.verifier.close();
       log.info('relay stopped');
     },
   };

@@ -1,10 +1,13 @@
-// Writing an event: NIP-01 replaceable/addressable rules, NIP-09 deletions, and the event_tags rows,
-// all in one transaction, so `OK true` (sent after commit) always means the event is durable.
+// Writing events: a batch in one transaction (one commit, one fsync, for the whole batch). Lock the
+// keys the batch touches, read the facts that decide it, plan it with the NIP-01/NIP-09 rules
+// (plan-batch.ts), then a handful of multi-row statements whatever its size. `OK true` is sent only
+// after this commits, so an acknowledged event is durable.
 import type pg from 'pg';
 import type { NostrEvent } from '../nostr/event.js';
 import { canonicalEventJson } from '../nostr/event.js';
 import { KIND_DELETION, kindClass, type KindClass } from '../nostr/kinds.js';
 import { dTagOf, expirationOf, indexedTags } from '../nostr/tags.js';
+import { addressKey, addressOf, deletionTargets, planBatch, type StoredFacts } from './plan-batch.js';
 
 /** An event with everything storage needs derived once. */
 export interface PreparedEvent {
@@ -29,11 +32,6 @@ export function prepareEvent(event: NostrEvent): PreparedEvent {
   };
 }
 
-/** The NIP-09/NIP-01 address of a replaceable or addressable event: "kind:pubkey:d". */
-export function addressOf(p: PreparedEvent): string | undefined {
-  return p.dTag === null ? undefined : `${p.event.kind}:${p.event.pubkey}:${p.dTag}`;
-}
-
 export type WriteResult =
   | { status: 'stored' }
   | { status: 'duplicate' }
@@ -41,7 +39,7 @@ export type WriteResult =
 
 const hex = (s: string) => Buffer.from(s, 'hex');
 
-export async function withTransaction<T>(pool: pg.Pool, fn: (client: pg.PoolClient) => Promise<T>): Promise<T> {
+async function withTransaction<T>(pool: pg.Pool, fn: (client: pg.PoolClient) => Promise<T>): Promise<T> {
   const client = await pool.connect();
   try {
     await client.query('BEGIN');
@@ -57,109 +55,141 @@ export async function withTransaction<T>(pool: pg.Pool, fn: (client: pg.PoolClie
 }
 
 /**
- * NIP-09: an event named by a stored kind 5 of the same author stays deleted when it is published
- * again; for an address, versions up to the deletion's created_at do.
+ * Every key a writer of this batch must hold: each event's id and address, and each deletion
+ * request's targets. A deletion and an event it names, written concurrently (even by two relay
+ * processes), then serialise instead of missing each other; so do two versions of one address.
+ * Locks are taken in one statement in hash order, so writers cannot deadlock.
  */
-async function isDeleted(client: pg.PoolClient, p: PreparedEvent): Promise<boolean> {
-  const { event } = p;
-  const address = addressOf(p);
-  const { rowCount } = await client.query(
-    `SELECT 1 FROM event_tags t JOIN events d ON d.id = t.event_id
-      WHERE t.kind = ${KIND_DELETION} AND d.pubkey = $1
-        AND ((t.name = 'e' AND t.value = $2) OR (t.name = 'a' AND t.value = $3 AND t.created_at >= $4))
-      LIMIT 1`,
-    [hex(event.pubkey), event.id, address ?? null, event.created_at],
-  );
-  return rowCount !== 0;
+function lockKeys(batch: PreparedEvent[]): string[] {
+  const keys = new Set<string>();
+  for (const p of batch) {
+    keys.add(p.event.id);
+    const address = addressOf(p);
+    if (address) keys.add(address);
+    if (p.event.kind === KIND_DELETION) {
+      const d = deletionTargets(p);
+      d.ids.forEach((id) => keys.add(id));
+      d.addresses.forEach((a) => keys.add(addressKey(a.kind, d.pubkey, a.d)));
+    }
+  }
+  return [...keys];
 }
 
-/**
- * Replaceable and addressable events keep one version per key: newest created_at, ties to the lowest
- * id. An advisory lock on the key serialises concurrent writers of the same key (also across relay
- * processes); the unique index events_replace_key is the backstop.
- */
-async function replaceCurrentVersion(client: pg.PoolClient, p: PreparedEvent): Promise<WriteResult | undefined> {
-  const { event } = p;
-  await client.query('SELECT pg_advisory_xact_lock(hashtextextended($1, 0))', [addressOf(p)]);
-  const { rows } = await client.query<{ id: Buffer; created_at: string }>(
-    'SELECT id, created_at FROM events WHERE pubkey = $1 AND kind = $2 AND d_tag = $3',
-    [hex(event.pubkey), event.kind, p.dTag],
-  );
-  const current = rows[0];
-  if (!current) return undefined;
-  const currentId = current.id.toString('hex');
-  if (currentId === event.id) return { status: 'duplicate' };
-  const currentTime = Number(current.created_at);
-  if (currentTime > event.created_at || (currentTime === event.created_at && currentId < event.id))
-    return { status: 'rejected', reason: 'blocked: a newer version of this event is stored' };
-  await client.query('DELETE FROM events WHERE id = $1', [current.id]);
-  return undefined;
+async function readFacts(client: pg.PoolClient, batch: PreparedEvent[]): Promise<StoredFacts> {
+  const ids = batch.map((p) => p.event.id);
+  const addressed = batch.filter((p) => p.dTag !== null);
+  const addresses = addressed.map((p) => addressOf(p)!);
+  const [existing, deletions, current] = await Promise.all([
+    client.query<{ id: string }>(`SELECT encode(id, 'hex') AS id FROM events WHERE id = ANY($1::bytea[])`, [ids.map(hex)]),
+    client.query<{ name: string; value: string; created_at: string; pubkey: string }>(
+      `SELECT t.name, t.value, t.created_at, encode(d.pubkey, 'hex') AS pubkey
+         FROM event_tags t JOIN events d ON d.id = t.event_id
+        WHERE t.kind = ${KIND_DELETION}
+          AND ((t.name = 'e' AND t.value = ANY($1::text[])) OR (t.name = 'a' AND t.value = ANY($2::text[])))`,
+      [ids, addresses],
+    ),
+    addressed.length === 0
+      ? undefined
+      : client.query<{ pubkey: string; kind: number; d_tag: string; id: string; created_at: string }>(
+          `SELECT encode(e.pubkey, 'hex') AS pubkey, e.kind, e.d_tag, encode(e.id, 'hex') AS id, e.created_at
+             FROM events e JOIN unnest($1::bytea[], $2::int[], $3::text[]) AS k(pubkey, kind, d_tag)
+               ON e.pubkey = k.pubkey AND e.kind = k.kind AND e.d_tag = k.d_tag`,
+          [addressed.map((p) => hex(p.event.pubkey)), addressed.map((p) => p.event.kind), addressed.map((p) => p.dTag)],
+        ),
+  ]);
+  const facts: StoredFacts = { existingIds: new Set(existing.rows.map((r) => r.id)), deletedIds: new Map(), deletedAddresses: new Map(), current: new Map() };
+  for (const r of deletions.rows) {
+    if (r.name === 'e') {
+      const pks = facts.deletedIds.get(r.value) ?? new Set<string>();
+      pks.add(r.pubkey);
+      facts.deletedIds.set(r.value, pks);
+    } else if (r.value.split(':')[1] === r.pubkey) {
+      // NIP-09: only the address's own author can delete it.
+      facts.deletedAddresses.set(r.value, Math.max(facts.deletedAddresses.get(r.value) ?? 0, Number(r.created_at)));
+    }
+  }
+  for (const r of current?.rows ?? []) facts.current.set(addressKey(r.kind, r.pubkey, r.d_tag), { id: r.id, createdAt: Number(r.created_at) });
+  return facts;
 }
 
-async function insertEvent(client: pg.PoolClient, p: PreparedEvent): Promise<boolean> {
-  const { event } = p;
-  const { rowCount } = await client.query(
+async function insertRows(client: pg.PoolClient, inserts: PreparedEvent[]): Promise<Set<string>> {
+  if (inserts.length === 0) return new Set();
+  const { rows } = await client.query<{ id: string }>(
     `INSERT INTO events (id, pubkey, kind, created_at, d_tag, expires_at, raw)
-     VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (id) DO NOTHING`,
-    [hex(event.id), hex(event.pubkey), event.kind, event.created_at, p.dTag, p.expiresAt, p.raw],
+     SELECT * FROM unnest($1::bytea[], $2::bytea[], $3::int[], $4::bigint[], $5::text[], $6::bigint[], $7::text[])
+     ON CONFLICT (id) DO NOTHING RETURNING encode(id, 'hex') AS id`,
+    [
+      inserts.map((p) => hex(p.event.id)),
+      inserts.map((p) => hex(p.event.pubkey)),
+      inserts.map((p) => p.event.kind),
+      inserts.map((p) => p.event.created_at),
+      inserts.map((p) => p.dTag),
+      inserts.map((p) => p.expiresAt),
+      inserts.map((p) => p.raw),
+    ],
   );
-  if (rowCount === 0) return false;
-  if (p.tags.length) {
+  const inserted = new Set(rows.map((r) => r.id));
+  const tagged = inserts.filter((p) => inserted.has(p.event.id) && p.tags.length);
+  if (tagged.length) {
+    const eventIds: Buffer[] = [], names: string[] = [], values: string[] = [], kinds: number[] = [], times: number[] = [];
+    for (const p of tagged) {
+      const id = hex(p.event.id);
+      for (const [name, value] of p.tags) {
+        eventIds.push(id);
+        names.push(name);
+        values.push(value);
+        kinds.push(p.event.kind);
+        times.push(p.event.created_at);
+      }
+    }
     await client.query(
       `INSERT INTO event_tags (event_id, name, value, kind, created_at)
-       SELECT $1, name, value, $4, $5 FROM unnest($2::text[], $3::text[]) AS t(name, value)`,
-      [hex(event.id), p.tags.map((t) => t[0]), p.tags.map((t) => t[1]), event.kind, event.created_at],
+       SELECT * FROM unnest($1::bytea[], $2::text[], $3::text[], $4::int[], $5::bigint[])`,
+      [eventIds, names, values, kinds, times],
     );
   }
-  return true;
+  return inserted;
 }
 
-/**
- * NIP-09: delete the author's own events named by `e` tags, and versions of the author's addresses
- * named by `a` tags up to the request's created_at. Deletion requests (and NIP-62 vanish requests)
- * are never deleted this way. Gift wraps (kind 1059) are signed by throwaway keys, so a wrap whose `p`
- * tag is the requester can be deleted by it (NIP-59).
- */
-async function applyDeletion(client: pg.PoolClient, p: PreparedEvent): Promise<void> {
-  const { event } = p;
-  const ids: Buffer[] = [];
-  const addresses: Array<{ kind: number; d: string }> = [];
-  for (const [name, value] of p.tags) {
-    if (name === 'e' && /^[0-9a-f]{64}$/.test(value)) ids.push(hex(value));
-    if (name === 'a') {
-      const m = /^(\d{1,5}):([0-9a-f]{64}):(.*)$/s.exec(value);
-      if (m && m[2] === event.pubkey) addresses.push({ kind: Number(m[1]), d: m[3] });
-    }
-  }
-  if (ids.length) {
-    await client.query(
-      `DELETE FROM events e WHERE e.id = ANY($1::bytea[]) AND e.kind NOT IN (5, 62)
-         AND (e.pubkey = $2 OR (e.kind = 1059 AND EXISTS (
-           SELECT 1 FROM event_tags t WHERE t.event_id = e.id AND t.name = 'p' AND t.value = $3)))`,
-      [ids, hex(event.pubkey), event.pubkey],
-    );
-  }
-  for (const { kind, d } of addresses) {
-    const cls = kindClass(kind);
-    if (cls !== 'replaceable' && cls !== 'addressable') continue;
-    await client.query(
-      'DELETE FROM events WHERE pubkey = $1 AND kind = $2 AND d_tag = $3 AND created_at <= $4',
-      [hex(event.pubkey), kind, cls === 'replaceable' ? '' : d, event.created_at],
-    );
-  }
-}
-
-/** Stores one event atomically and says what happened. Database errors propagate to the caller. */
-export async function writeEvent(pool: pg.Pool, p: PreparedEvent): Promise<WriteResult> {
+/** Writes a batch atomically; results are in batch order. Database errors reject the whole batch. */
+export async function writeBatch(pool: pg.Pool, batch: PreparedEvent[]): Promise<WriteResult[]> {
+  if (batch.length === 0) return [];
   return withTransaction(pool, async (client) => {
-    if (p.event.kind !== KIND_DELETION && (await isDeleted(client, p)))
-      return { status: 'rejected', reason: 'blocked: this event was deleted by its author' } as const;
-    if (p.dTag !== null) {
-      const settled = await replaceCurrentVersion(client, p);
-      if (settled) return settled;
+    await client.query(
+      `SELECT pg_advisory_xact_lock(k) FROM (
+         SELECT DISTINCT hashtextextended(key, 0) AS k FROM unnest($1::text[]) AS key ORDER BY k) keys`,
+      [lockKeys(batch)],
+    );
+    const plan = planBatch(batch, await readFacts(client, batch));
+    if (plan.replacedIds.length) await client.query('DELETE FROM events WHERE id = ANY($1::bytea[])', [plan.replacedIds.map(hex)]);
+    const inserted = await insertRows(client, plan.inserts);
+    for (const d of plan.deletions) {
+      if (d.ids.length) {
+        await client.query(
+          `DELETE FROM events e WHERE e.id = ANY($1::bytea[]) AND e.kind NOT IN (5, 62)
+             AND (e.pubkey = $2 OR (e.kind = 1059 AND EXISTS (
+               SELECT 1 FROM event_tags t WHERE t.event_id = e.id AND t.name = 'p' AND t.value = $3)))`,
+          [d.ids.map(hex), hex(d.pubkey), d.pubkey],
+        );
+      }
+      if (d.addresses.length) {
+        await client.query(
+          `DELETE FROM events e USING unnest($2::int[], $3::text[]) AS a(kind, d_tag)
+            WHERE e.pubkey = $1 AND e.kind = a.kind AND e.d_tag = a.d_tag AND e.created_at <= $4`,
+          [hex(d.pubkey), d.addresses.map((a) => a.kind), d.addresses.map((a) => a.d), d.createdAt],
+        );
+      }
     }
-    if (!(await insertEvent(client, p))) return { status: 'duplicate' } as const;
-    if (p.event.kind === KIND_DELETION) await applyDeletion(client, p);
-    return { status: 'stored' } as const;
+    // Every planned id is locked, so none can appear meanwhile; were one to, it is a duplicate.
+    const planned = new Set(plan.inserts.map((p) => p.event.id));
+    return plan.results.map((r, i) => {
+      const id = batch[i].event.id;
+      return r.status === 'stored' && planned.has(id) && !inserted.has(id) ? { status: 'duplicate' } : r;
+    });
   });
+}
+
+/** Writes one event: a batch of one, so single writes follow exactly the same rules. */
+export async function writeEvent(pool: pg.Pool, p: PreparedEvent): Promise<WriteResult> {
+  return (await writeBatch(pool, [p]))[0];
 }

@@ -7,6 +7,7 @@ export type RelayMessage = [string, ...unknown[]];
 export class TestClient {
   readonly messages: RelayMessage[] = [];
   private waiters: Array<() => void> = [];
+  private syncs = 0;
   closeInfo: { code: number; reason: string } | undefined;
 
   private constructor(readonly ws: WebSocket) {
@@ -77,12 +78,80 @@ export class TestClient {
       .map((m) => m[2] as NostrEvent);
   }
 
+  /** A one-shot query: the stored events up to EOSE, then CLOSE (so subscriptions do not pile up). */
+  async fetch(subId: string, ...filters: object[]): Promise<NostrEvent[]> {
+    const events = await this.query(subId, ...filters);
+    this.send(['CLOSE', subId]);
+    return events;
+  }
+
   /** Sends a REQ expected to be refused; returns the CLOSED reason. */
   async refused(subId: string, ...filters: unknown[]): Promise<string> {
     const from = this.messages.length;
     this.send(['REQ', subId, ...filters]);
     const closed = await this.waitFor((m) => m[0] === 'CLOSED' && m[1] === subId, 10_000, from);
     return closed[2] as string;
+  }
+
+  /** The index the next message will get: pass it as `from` to look only at what arrives later. */
+  get mark(): number {
+    return this.messages.length;
+  }
+
+  /** Sends a frame exactly as given: a string as a text frame, a Buffer as a binary one (or text). */
+  sendRaw(data: string | Buffer, binary = Buffer.isBuffer(data)): void {
+    this.ws.send(data, { binary });
+  }
+
+  /** Waits for the next NOTICE (from `from` on) and returns its text. */
+  async notice(from = this.mark): Promise<string> {
+    const m = await this.waitFor((m) => m[0] === 'NOTICE', 10_000, from);
+    return m[1] as string;
+  }
+
+  /** Sends a COUNT and returns the count, or throws with the CLOSED reason. */
+  async count(subId: string, ...filters: unknown[]): Promise<number> {
+    const from = this.messages.length;
+    this.send(['COUNT', subId, ...filters]);
+    const reply = await this.waitFor((m) => (m[0] === 'COUNT' || m[0] === 'CLOSED') && m[1] === subId, 10_000, from);
+    if (reply[0] === 'CLOSED') throw new Error(`CLOSED: ${reply[2]}`);
+    return (reply[2] as { count: number }).count;
+  }
+
+  /**
+   * A round trip through the relay (a COUNT that matches nothing): when it resolves, every message the
+   * relay sent on this connection before it read the COUNT has arrived. Lets a test assert that
+   * something was NOT sent without sleeping. (Answers still waiting on the database may come later.)
+   */
+  async sync(): Promise<void> {
+    const id = `sync-${++this.syncs}`;
+    const from = this.messages.length;
+    this.send(['COUNT', id, { ids: [] }]);
+    await this.waitFor((m) => m[0] === 'COUNT' && m[1] === id, 10_000, from);
+  }
+
+  /** The events a subscription received after its latest EOSE: its live events. */
+  liveEvents(subId: string): NostrEvent[] {
+    let eose = -1;
+    this.messages.forEach((m, i) => {
+      if (m[0] === 'EOSE' && m[1] === subId) eose = i;
+    });
+    if (eose < 0) throw new Error(`no EOSE for ${subId}`);
+    return this.eventsFor(subId, eose + 1);
+  }
+
+  /** Waits until the socket is closed and returns the close code and reason. */
+  async closed(timeoutMs = 10_000): Promise<{ code: number; reason: string }> {
+    const deadline = Date.now() + timeoutMs;
+    while (!this.closeInfo) {
+      const left = deadline - Date.now();
+      if (left <= 0) throw new Error('timed out waiting for the socket to close');
+      await new Promise<void>((resolve) => {
+        const timer = setTimeout(resolve, left);
+        this.waiters.push(() => (clearTimeout(timer), resolve()));
+      });
+    }
+    return this.closeInfo;
   }
 
   eventsFor(subId: string, from = 0): NostrEvent[] {

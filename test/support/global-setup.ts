@@ -1,6 +1,7 @@
 // One real PostgreSQL for the whole run: the embedded server in a fresh temporary folder (exactly
 // what the relay uses without DATABASE_URL), or the server at TEST_DATABASE_URL when that is set.
 // Each test file then creates its own database on it.
+import { execFileSync } from 'node:child_process';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
@@ -18,6 +19,8 @@ let embedded: EmbeddedPostgres | undefined;
 let dataDir: string | undefined;
 
 export async function setup(project: TestProject): Promise<void> {
+  // Worker threads (signature verification) and relay child processes run the compiled build.
+  execFileSync(process.execPath, ['node_modules/typescript/bin/tsc', '-p', 'tsconfig.json'], { stdio: 'inherit' });
   let url = process.env.TEST_DATABASE_URL;
   if (!url) {
     dataDir = await mkdtemp(path.join(tmpdir(), 'pgrelay-test-'));

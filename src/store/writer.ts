@@ -1,0 +1,85 @@
+// Group commit: events arriving close together are written in one transaction (write-batch.ts), so
+// one fsync acknowledges many events (../shared/perf-notes.md: ~270 events/s with a commit per event,
+// ~8,800/s in batches). Each caller's promise settles only after its batch has committed.
+import type pg from 'pg';
+import type { Logger } from '../log.js';
+import { writeBatch, type PreparedEvent, type WriteResult } from './write.js';
+
+export class WriterBusyError extends Error {}
+
+interface Pending {
+  event: PreparedEvent;
+  resolve(result: WriteResult): void;
+  reject(err: unknown): void;
+}
+
+export interface WriterStats {
+  batches: number;
+  events: number;
+  failedBatches: number;
+}
+
+/** SQLSTATE classes 22 (data exception) and 23 (integrity): caused by some event, not the database. */
+const isDataError = (err: unknown) => /^2[23]/.test(String((err as { code?: string }).code ?? ''));
+
+export class EventWriter {
+  private queue: Pending[] = [];
+  private flushing: Promise<void> | undefined;
+  readonly stats: WriterStats = { batches: 0, events: 0, failedBatches: 0 };
+
+  constructor(
+    private readonly pool: pg.Pool,
+    private readonly log: Logger,
+    /** Events per transaction (1 turns batching off). */
+    private readonly maxBatch = 500,
+    /** Events waiting for a transaction; beyond it, submit() refuses. */
+    private readonly maxQueue = 20_000,
+  ) {}
+
+  get queued(): number {
+    return this.queue.length;
+  }
+
+  /** Resolves with the event's outcome once its transaction has committed. */
+  submit(event: PreparedEvent): Promise<WriteResult> {
+    if (this.queue.length >= this.maxQueue) return Promise.reject(new WriterBusyError('write queue is full'));
+    return new Promise((resolve, reject) => {
+      this.queue.push({ event, resolve, reject });
+      // setImmediate lets every message already received in this turn join the batch.
+      if (!this.flushing) this.flushing = new Promise((done) => setImmediate(() => this.flushLoop().finally(done)));
+    });
+  }
+
+  /** Waits until every submitted event has been written (or has failed). */
+  async drain(): Promise<void> {
+    while (this.flushing) await this.flushing;
+  }
+
+  private async flushLoop(): Promise<void> {
+    try {
+      while (this.queue.length) await this.write(this.queue.splice(0, this.maxBatch));
+    } finally {
+      this.flushing = undefined;
+    }
+  }
+
+  private async write(batch: Pending[]): Promise<void> {
+    try {
+      const results = await writeBatch(this.pool, batch.map((p) => p.event));
+      this.stats.batches++;
+      this.stats.events += batch.length;
+      batch.forEach((p, i) => p.resolve(results[i]));
+    } catch (err) {
+      this.stats.failedBatches++;
+      // One bad event must not fail its neighbours: split and retry. Database trouble fails all.
+      if (batch.length > 1 && isDataError(err)) {
+        const half = Math.ceil(batch.length / 2);
+        await this.write(batch.slice(0, half));
+        await this.write(batch.slice(half));
+        return;
+      }
+      this.log.warn({ err: (err as Error).message, events: batch.length }, 'write batch failed');
+      batch.forEach((p) => p.reject(err));
+    }
+  }
+}
