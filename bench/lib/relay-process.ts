@@ -3,16 +3,19 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { createInterface } from 'node:readline';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { packageRoot } from '../../src/paths.js';
 
 export interface RelayProcess {
   url: string;
   pid: number;
   child: ChildProcess;
+  /** Every JSON log line the relay has written so far. */
+  logs: Array<Record<string, unknown>>;
   stop(): Promise<void>;
 }
 
-const MAIN = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../src/main.js');
+// The compiled relay, also when this module runs from TypeScript sources (tests).
+const MAIN = path.join(packageRoot(), 'dist/src/main.js');
 
 /** `env` overrides the relay's configuration; LOG_LEVEL stays `info`, since its start-up line carries the URL. */
 export async function startRelayProcess(env: Record<string, string> = {}): Promise<RelayProcess> {
@@ -20,6 +23,7 @@ export async function startRelayProcess(env: Record<string, string> = {}): Promi
     env: { ...process.env, PORT: '0', ...env, LOG_LEVEL: 'info' },
     stdio: ['ignore', 'pipe', 'inherit'],
   });
+  const logs: Array<Record<string, unknown>> = [];
   const url = await new Promise<string>((resolve, reject) => {
     const lines = createInterface({ input: child.stdout! });
     const timer = setTimeout(() => reject(new Error('relay did not start listening within 120 s')), 120_000);
@@ -27,6 +31,7 @@ export async function startRelayProcess(env: Record<string, string> = {}): Promi
     lines.on('line', (line) => {
       try {
         const entry = JSON.parse(line);
+        logs.push(entry);
         if (entry.msg === 'relay listening') {
           clearTimeout(timer);
           resolve(entry.url);
@@ -41,6 +46,7 @@ export async function startRelayProcess(env: Record<string, string> = {}): Promi
     url,
     pid: child.pid!,
     child,
+    logs,
     stop: () =>
       new Promise<void>((resolve) => {
         if (child.exitCode !== null) return resolve();

@@ -121,7 +121,8 @@ export async function startRelay(config: Config, pool: pg.Pool, log: Logger): Pr
       await Promise.race([stopped, deadline]);
       for (const ws of connections.keys()) ws.terminate();
       await ctx.verifier.close();
-      log.info('relay stopped');
+      const { batches, events, failedBatches } = ctx.writer.stats;
+      log.info({ writer: { batches, events, failedBatches, meanBatch: batches ? events / batches : 0 } }, 'relay stopped');
     },
   };
 }

@@ -1,0 +1,245 @@
+// npm run bench:ingest: publish pre-signed events from many WebSocket publishers and measure accepted
+// events/s, OK latency, relay CPU, peak RSS and the writer's batch size; batched and unbatched
+// (one transaction per event) side by side. See --help.
+import { mkdtemp, readFile, rm, writeFile, mkdir } from 'node:fs/promises';
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
+import os, { tmpdir } from 'node:os';
+import path from 'node:path';
+import { parseArgs } from 'node:util';
+import * as secp from 'tiny-secp256k1';
+import WebSocket from 'ws';
+import { computeEventId, type NostrEvent } from '../src/nostr/event.js';
+import { prng } from './lib/random.js';
+import { startRelayProcess, type RelayProcess } from './lib/relay-process.js';
+import { ms, summarize, type Summary } from './lib/stats.js';
+
+const HELP = `usage: npm run bench:ingest -- [options]
+
+Pre-signs events (not timed; cached in the output folder), starts the relay as a separate process on
+a fresh embedded database for each mode, and publishes from concurrent WebSocket publishers.
+
+options:
+  --events N            events per batched run (default 30000)
+  --unbatched-events N  events for the unbatched run (default 3000; it is ~30x slower)
+  --publishers N        concurrent WebSocket publishers (default 20)
+  --window N            events in flight per publisher (default 25); closed loop
+  --rate R              open loop instead: send R events/s in total (e.g. 5000)
+  --size BYTES          content size of each event (default 1000)
+  --modes a,b           batched,unbatched (default both)
+  --out DIR             output folder (default bench-out/ingest)`;
+
+interface RunResult {
+  mode: string;
+  events: number;
+  accepted: number;
+  refused: Record<string, number>;
+  seconds: number;
+  eventsPerSecond: number;
+  ok: Summary;
+  relayCpuPercent: number;
+  postgresCpuPercent: number;
+  peakRssMb: number;
+  meanBatch: number;
+}
+
+/** Signs with libsecp256k1 (fast), not timed. Each publisher signs with its own key. */
+function signEvents(count: number, size: number, publishers: number): NostrEvent[] {
+  const random = prng(42);
+  const keys = Array.from({ length: publishers }, (_, i) => {
+    const sk = Buffer.alloc(32);
+    sk.writeUInt32BE(i + 1, 28);
+    return { sk, pubkey: Buffer.from(secp.xOnlyPointFromScalar(sk)).toString('hex') };
+  });
+  const base = Math.floor(Date.now() / 1000) - count;
+  const filler = 'abcdefghijklmnopqrstuvwxyz0123456789 ';
+  return Array.from({ length: count }, (_, i) => {
+    const key = keys[i % publishers];
+    let content = '';
+    while (content.length < size) content += filler[Math.floor(random() * filler.length)];
+    const unsigned = { pubkey: key.pubkey, created_at: base + i, kind: 1, tags: [['t', 'bench'], ['p', keys[(i + 1) % publishers].pubkey]], content };
+    const id = computeEventId(unsigned);
+    const sig = Buffer.from(secp.signSchnorr(Buffer.from(id, 'hex'), key.sk, Buffer.alloc(32))).toString('hex');
+    return { id, ...unsigned, sig };
+  });
+}
+
+async function loadOrSign(outDir: string, count: number, size: number, publishers: number): Promise<NostrEvent[]> {
+  const file = path.join(outDir, `events-${count}-${size}-${publishers}.jsonl`);
+  if (existsSync(file)) return (await readFile(file, 'utf8')).trim().split('\n').map((l) => JSON.parse(l));
+  const events = signEvents(count, size, publishers);
+  await writeFile(file, events.map((e) => JSON.stringify(e)).join('\n') + '\n');
+  return events;
+}
+
+/** CPU seconds used so far by a process (utime + stime from /proc). */
+function cpuSeconds(pid: number): number {
+  try {
+    const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1].split(' ');
+    return (Number(fields[11]) + Number(fields[12])) / 100;
+  } catch {
+    return 0;
+  }
+}
+
+const readdirSyncSafe = (dir: string) => {
+  try {
+    return readdirSync(dir);
+  } catch {
+    return [];
+  }
+};
+
+function postgresPids(): number[] {
+  const pids: number[] = [];
+  for (const entry of readdirSyncSafe('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      if (readFileSync(`/proc/${entry}/comm`, 'utf8').trim() === 'postgres') pids.push(Number(entry));
+    } catch {
+      /* gone */
+    }
+  }
+  return pids;
+}
+
+function peakRssMb(pid: number): number {
+  try {
+    const m = /VmHWM:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
+    return m ? Number(m[1]) / 1024 : NaN;
+  } catch {
+    return NaN;
+  }
+}
+
+async function publish(relay: RelayProcess, events: NostrEvent[], publishers: number, window: number, rate?: number) {
+  const sockets = await Promise.all(
+    Array.from({ length: publishers }, () => new Promise<WebSocket>((resolve, reject) => {
+      const ws = new WebSocket(relay.url);
+      ws.once('open', () => resolve(ws));
+      ws.once('error', reject);
+    })),
+  );
+  const queues = sockets.map((_, p) => events.filter((_, i) => i % publishers === p));
+  const sentAt = new Map<string, number>();
+  const latencies: number[] = [];
+  const refused: Record<string, number> = {};
+  let accepted = 0;
+  let answered = 0;
+  const started = performance.now();
+  await new Promise<void>((done) => {
+    const sendNext = (p: number) => {
+      const e = queues[p].shift();
+      if (!e) return;
+      sentAt.set(e.id, performance.now());
+      sockets[p].send(JSON.stringify(['EVENT', e]));
+    };
+    sockets.forEach((ws, p) => {
+      ws.on('message', (data) => {
+        const m = JSON.parse(data.toString());
+        if (m[0] !== 'OK') return;
+        latencies.push(performance.now() - sentAt.get(m[1])!);
+        if (m[2]) accepted++;
+        else {
+          const prefix = String(m[3]).split(':')[0];
+          refused[prefix] = (refused[prefix] ?? 0) + 1;
+        }
+        if (!rate) sendNext(p);
+        if (++answered === events.length) done();
+      });
+      if (!rate) for (let i = 0; i < window; i++) sendNext(p);
+    });
+    if (rate) {
+      // Open loop: every 10 ms, send the events due by now, round-robin over publishers.
+      let due = 0;
+      let sent = 0;
+      const timer = setInterval(() => {
+        due = Math.min(events.length, Math.floor(((performance.now() - started) / 1000) * rate));
+        for (; sent < due; sent++) sendNext(sent % publishers);
+        if (sent >= events.length) clearInterval(timer);
+      }, 10);
+    }
+  });
+  const seconds = (performance.now() - started) / 1000;
+  sockets.forEach((ws) => ws.close());
+  return { seconds, accepted, refused, ok: summarize(latencies) };
+}
+
+async function runMode(mode: string, events: NostrEvent[], o: { publishers: number; window: number; rate?: number }): Promise<RunResult> {
+  const dataDir = await mkdtemp(path.join(tmpdir(), 'pgrelay-ingest-'));
+  const relay = await startRelayProcess({ DATA_DIR: dataDir, WRITE_BATCH_SIZE: mode === 'batched' ? '500' : '1', MAX_PENDING_EVENTS: '100000', WRITE_QUEUE_MAX: '100000' });
+  try {
+    const pgPids = postgresPids();
+    const cpu0 = cpuSeconds(relay.pid);
+    const pg0 = pgPids.reduce((s, p) => s + cpuSeconds(p), 0);
+    const r = await publish(relay, events, o.publishers, o.window, o.rate);
+    const relayCpu = cpuSeconds(relay.pid) - cpu0;
+    const pgCpu = postgresPids().reduce((s, p) => s + cpuSeconds(p), 0) - pg0;
+    const rss = peakRssMb(relay.pid);
+    await relay.stop();
+    const stopped = relay.logs.find((l) => l.msg === 'relay stopped') as { writer?: { meanBatch: number } } | undefined;
+    return {
+      mode,
+      events: events.length,
+      accepted: r.accepted,
+      refused: r.refused,
+      seconds: r.seconds,
+      eventsPerSecond: r.accepted / r.seconds,
+      ok: r.ok,
+      relayCpuPercent: (relayCpu / r.seconds) * 100,
+      postgresCpuPercent: (pgCpu / r.seconds) * 100,
+      peakRssMb: rss,
+      meanBatch: stopped?.writer?.meanBatch ?? NaN,
+    };
+  } finally {
+    await relay.stop();
+    await rm(dataDir, { recursive: true, force: true });
+  }
+}
+
+async function main(): Promise<void> {
+  const { values } = parseArgs({
+    options: {
+      events: { type: 'string', default: '30000' },
+      'unbatched-events': { type: 'string', default: '3000' },
+      publishers: { type: 'string', default: '20' },
+      window: { type: 'string', default: '25' },
+      rate: { type: 'string' },
+      size: { type: 'string', default: '1000' },
+      modes: { type: 'string', default: 'batched,unbatched' },
+      out: { type: 'string', default: 'bench-out/ingest' },
+      help: { type: 'boolean', default: false },
+    },
+  });
+  if (values.help) return console.log(HELP);
+  const outDir = path.resolve(values.out!);
+  await mkdir(outDir, { recursive: true });
+  const publishers = Number(values.publishers);
+  const o = { publishers, window: Number(values.window), rate: values.rate ? Number(values.rate) : undefined };
+  const all = await loadOrSign(outDir, Number(values.events), Number(values.size), publishers);
+  const results: RunResult[] = [];
+  for (const mode of values.modes!.split(',')) {
+    const events = mode === 'unbatched' ? all.slice(0, Number(values['unbatched-events'])) : all;
+    console.error(`${mode}: ${events.length} events from ${publishers} publishers${o.rate ? ` at ${o.rate}/s` : `, ${o.window} in flight each`}…`);
+    const r = await runMode(mode, events, o);
+    results.push(r);
+    console.error(`  ${Math.round(r.eventsPerSecond)} events/s accepted, OK p50 ${ms(r.ok.p50)} p95 ${ms(r.ok.p95)} p99 ${ms(r.ok.p99)} ms, mean batch ${r.meanBatch.toFixed(1)}`);
+  }
+  const table = [
+    `${os.cpus().length} cores (${os.cpus()[0]?.model ?? 'CPU'}) · ${publishers} publishers · ${values.size}-byte events, id + BIP-340 verified · ${o.rate ? `open loop at ${o.rate} events/s` : `closed loop, ${o.window} in flight per publisher`}`,
+    '',
+    '| mode | events | accepted/s | OK p50 | OK p95 | OK p99 | mean batch | relay CPU | PostgreSQL CPU | relay peak RSS | refused |',
+    '|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|',
+    ...results.map((r) =>
+      `| ${r.mode} | ${r.events} | ${Math.round(r.eventsPerSecond)} | ${ms(r.ok.p50)} ms | ${ms(r.ok.p95)} ms | ${ms(r.ok.p99)} ms | ${r.meanBatch.toFixed(1)} | ${Math.round(r.relayCpuPercent)} % | ${Math.round(r.postgresCpuPercent)} % | ${Math.round(r.peakRssMb)} MB | ${Object.entries(r.refused).map(([k, v]) => `${k}: ${v}`).join(', ') || '–'} |`),
+    '',
+    'CPU is the share of one core (200 % = both cores busy).',
+  ].join('\n');
+  await writeFile(path.join(outDir, `results${o.rate ? `-rate${o.rate}` : ''}.md`), table + '\n');
+  await writeFile(path.join(outDir, `results${o.rate ? `-rate${o.rate}` : ''}.json`), JSON.stringify(results, null, 2));
+  console.log(table);
+}
+
+main().catch((err) => {
+  console.error(`error: ${err instanceof Error ? err.stack : String(err)}`);
+  process.exit(1);
+});

@@ -1,0 +1,218 @@
+// backfill-tags: (re)derive event_tags from the stored events' tags, set-based, in batches of
+// consecutive ids (the primary key). Each batch is one short INSERT … SELECT that PostgreSQL runs
+// without a round trip per event or per tag; existing rows are kept (ON CONFLICT DO NOTHING), so a
+// run is idempotent and safe beside a live relay, which writes the tags of new events itself. After
+// each batch the position is saved in ops_checkpoints: an interrupted run resumes there.
+//
+// The SQL applies exactly the rule of src/nostr/tags.ts `indexedTags` (a single-letter name, the
+// first value, at most MAX_INDEXED_TAG_VALUE_BYTES UTF-8 bytes and no NUL, distinct per event).
+// Rows whose raw JSON holds a "\u0000" escape cannot be cast to jsonb; those are parsed here in JS
+// with indexedTags itself. A test checks that both paths give exactly what indexedTags gives.
+import type pg from 'pg';
+import type { Logger } from '../log.js';
+import type { NostrEvent } from '../nostr/event.js';
+import { indexedTags, MAX_INDEXED_TAG_VALUE_BYTES } from '../nostr/tags.js';
+import { clearCheckpoint, readCheckpoint, saveCheckpoint } from './checkpoint.js';
+import { noProgress, type Progress } from './progress.js';
+
+export const BACKFILL_CHECKPOINT = 'backfill-tags';
+
+export interface BackfillOptions {
+  /** Events per batch (one INSERT … SELECT each). */
+  batchSize?: number;
+  /** Batches run at once, on separate connections. */
+  concurrency?: number;
+  /** Only events that have no event_tags row at all (quick after importing raw rows). */
+  onlyMissing?: boolean;
+  /** Ignore a saved checkpoint and start from the first id. */
+  restart?: boolean;
+  /** Aborting stops after the batches in flight; the checkpoint is kept for the next run. */
+  signal?: AbortSignal;
+  /** Stop after this many batches (a trial run; the checkpoint is kept). */
+  maxBatches?: number;
+  progress?: Progress;
+  log?: Logger;
+}
+
+export interface BackfillCounts {
+  /** Events whose tags were derived (in ranges already done, across resumed runs). */
+  events: number;
+  /** event_tags rows added. */
+  tagRows: number;
+}
+
+export interface BackfillResult extends BackfillCounts {
+  /** False when stopped early (signal or maxBatches): run again to resume. */
+  complete: boolean;
+  /** The id (hex) the run resumed after, if it resumed. */
+  resumedAfter?: string;
+  batches: number;
+  seconds: number;
+}
+
+// Bound as $3 in the batch SQL. Any row whose raw text holds this 6-character escape goes to the JS
+// path (jsonb cannot hold U+0000); an escaped backslash followed by "u0000" lands there too, which
+// costs nothing but a parse.
+const NUL_ESCAPE = '\\u0000';
+
+/** The ranges are (lo, hi]: lo exclusive (empty = from the start), hi inclusive (null = to the end). */
+function rangeSql(onlyMissing: boolean): string {
+  const missing = onlyMissing ? 'AND NOT EXISTS (SELECT 1 FROM event_tags x WHERE x.event_id = e.id)' : '';
+  return `WITH batch AS (
+      SELECT e.id, e.kind, e.created_at, e.raw FROM events e
+       WHERE e.id > $1 AND ($2::bytea IS NULL OR e.id <= $2) ${missing}
+    ), derived AS (
+      SELECT DISTINCT b.id, t.tag->>0 AS name, t.tag->>1 AS value, b.kind, b.created_at
+        FROM batch b CROSS JOIN LATERAL jsonb_array_elements((b.raw::jsonb)->'tags') AS t(tag)
+       WHERE strpos(b.raw, $3) = 0 AND jsonb_array_length(t.tag) >= 2
+    ), inserted AS (
+      INSERT INTO event_tags (event_id, name, value, kind, created_at)
+      SELECT id, name, value, kind, created_at FROM derived
+       WHERE name ~ '^[a-zA-Z]$' AND octet_length(value) <= ${MAX_INDEXED_TAG_VALUE_BYTES}
+      ON CONFLICT DO NOTHING
+      RETURNING 1
+    )
+    SELECT (SELECT count(*) FROM batch)::int AS events,
+           (SELECT count(*) FROM inserted)::int AS tag_rows,
+           (SELECT count(*) FROM batch WHERE strpos(raw, $3) > 0)::int AS by_hand`;
+}
+
+/** The JS path: the rows SQL cannot parse (or a whole batch, if the SQL path failed on its data). */
+async function deriveInJs(pool: pg.Pool, lo: Buffer, hi: Buffer | null, onlyMissing: boolean, onlyNulEscapes: boolean): Promise<number> {
+  const { rows } = await pool.query<{ id: Buffer; kind: number; created_at: string; raw: string }>(
+    `SELECT e.id, e.kind, e.created_at, e.raw FROM events e
+      WHERE e.id > $1 AND ($2::bytea IS NULL OR e.id <= $2) ${onlyNulEscapes ? 'AND strpos(e.raw, $3) > 0' : ''}
+      ${onlyMissing ? 'AND NOT EXISTS (SELECT 1 FROM event_tags x WHERE x.event_id = e.id)' : ''}`,
+    onlyNulEscapes ? [lo, hi, NUL_ESCAPE] : [lo, hi],
+  );
+  const ids: Buffer[] = [], names: string[] = [], values: string[] = [], kinds: number[] = [], times: string[] = [];
+  for (const r of rows) {
+    for (const [name, value] of indexedTags((JSON.parse(r.raw) as NostrEvent).tags)) {
+      ids.push(r.id);
+      names.push(name);
+      values.push(value);
+      kinds.push(r.kind);
+      times.push(r.created_at);
+    }
+  }
+  if (ids.length === 0) return 0;
+  const result = await pool.query(
+    `INSERT INTO event_tags (event_id, name, value, kind, created_at)
+     SELECT * FROM unnest($1::bytea[], $2::text[], $3::text[], $4::int[], $5::bigint[])
+     ON CONFLICT DO NOTHING`,
+    [ids, names, values, kinds, times],
+  );
+  return result.rowCount ?? 0;
+}
+
+/** SQLSTATEs worth a retry: a concurrent delete of an event in the range (FK check), deadlock, serialization. */
+const RETRYABLE = new Set(['23503', '40P01', '40001']);
+const isDataError = (err: unknown) => /^22/.test(String((err as { code?: string }).code ?? ''));
+
+async function backfillRange(pool: pg.Pool, lo: Buffer, hi: Buffer | null, onlyMissing: boolean, log?: Logger): Promise<BackfillCounts> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      const { rows } = await pool.query<{ events: number; tag_rows: number; by_hand: number }>(rangeSql(onlyMissing), [lo, hi, NUL_ESCAPE]);
+      const { events, by_hand } = rows[0];
+      let tagRows = rows[0].tag_rows;
+      if (by_hand > 0) tagRows += await deriveInJs(pool, lo, hi, onlyMissing, true);
+      return { events, tagRows };
+    } catch (err) {
+      const code = (err as { code?: string }).code ?? '';
+      if (isDataError(err)) {
+        // Some raw text jsonb refuses for another reason: derive this whole range in JS instead.
+        log?.warn({ err: (err as Error).message, after: lo.toString('hex') }, 'backfill: batch not parseable as jsonb, deriving in JS');
+        const { rows } = await pool.query<{ n: number }>(
+          'SELECT count(*)::int AS n FROM events e WHERE e.id > $1 AND ($2::bytea IS NULL OR e.id <= $2)',
+          [lo, hi],
+        );
+        return { events: rows[0].n, tagRows: await deriveInJs(pool, lo, hi, onlyMissing, false) };
+      }
+      if (!RETRYABLE.has(code) || attempt >= 5) throw err;
+      log?.debug({ code, attempt }, 'backfill: retrying a batch after a conflict with concurrent writes');
+    }
+  }
+}
+
+async function estimateEvents(pool: pg.Pool): Promise<number> {
+  const { rows } = await pool.query<{ n: number }>("SELECT reltuples::bigint AS n FROM pg_class WHERE oid = 'events'::regclass");
+  const estimate = Number(rows[0]?.n ?? 0);
+  if (estimate > 0) return estimate;
+  const count = await pool.query<{ n: string }>('SELECT count(*) AS n FROM events');
+  return Number(count.rows[0].n);
+}
+
+/** The upper end of the batch that starts after `lo`: the batchSize-th id, or null for "to the end". */
+async function nextBoundary(pool: pg.Pool, lo: Buffer, batchSize: number): Promise<Buffer | null> {
+  const { rows } = await pool.query<{ id: Buffer }>('SELECT id FROM events WHERE id > $1 ORDER BY id OFFSET $2 LIMIT 1', [lo, batchSize - 1]);
+  return rows[0]?.id ?? null;
+}
+
+export async function backfillTags(pool: pg.Pool, options: BackfillOptions = {}): Promise<BackfillResult> {
+  const batchSize = options.batchSize ?? 5000;
+  const concurrency = Math.max(1, options.concurrency ?? 2);
+  const onlyMissing = options.onlyMissing ?? false;
+  const progress = options.progress ?? noProgress;
+  const started = Date.now();
+
+  if (options.restart) await clearCheckpoint(pool, BACKFILL_CHECKPOINT);
+  const checkpoint = await readCheckpoint<BackfillCounts>(pool, BACKFILL_CHECKPOINT);
+  const counts: BackfillCounts = { events: checkpoint?.counts.events ?? 0, tagRows: checkpoint?.counts.tagRows ?? 0 };
+  let position: Buffer = Buffer.from(checkpoint?.position ?? '', 'hex');
+  if (checkpoint) options.log?.info({ after: checkpoint.position, ...counts }, 'backfill: resuming from checkpoint');
+
+  progress.setTotal(await estimateEvents(pool));
+  progress.update(counts.events);
+
+  // Ranges are cut one after the other and run `concurrency` at a time; the checkpoint only moves
+  // past a range once every range before it is done, so a crash never skips one.
+  interface Running { hi: Buffer | null; done: Promise<BackfillCounts> }
+  const running: Running[] = [];
+  let cutFrom: Buffer = position;
+  let cutAll = false;
+  let batches = 0;
+  const stopped = () => options.signal?.aborted || (options.maxBatches !== undefined && batches >= options.maxBatches);
+
+  const finishOldest = async () => {
+    const oldest = running.shift()!;
+    const c = await oldest.done;
+    counts.events += c.events;
+    counts.tagRows += c.tagRows;
+    if (oldest.hi) {
+      position = oldest.hi;
+      await saveCheckpoint(pool, BACKFILL_CHECKPOINT, position.toString('hex'), counts);
+    }
+    progress.update(counts.events);
+  };
+
+  try {
+    while (!cutAll || running.length) {
+      while (!cutAll && running.length < concurrency && !stopped()) {
+        const lo = cutFrom;
+        const hi = await nextBoundary(pool, lo, batchSize);
+        const done = backfillRange(pool, lo, hi, onlyMissing, options.log);
+        done.catch(() => undefined); // awaited in order below; this only prevents an unhandled rejection
+        running.push({ hi, done });
+        batches++;
+        if (hi) cutFrom = hi;
+        else cutAll = true;
+      }
+      if (running.length === 0) break; // stopped before cutting the rest
+      await finishOldest();
+    }
+  } finally {
+    // On an error, let the other ranges settle before the caller closes the pool.
+    await Promise.allSettled(running.map((r) => r.done));
+    progress.stop();
+  }
+
+  const complete = cutAll;
+  if (complete) await clearCheckpoint(pool, BACKFILL_CHECKPOINT);
+  return {
+    ...counts,
+    complete,
+    resumedAfter: checkpoint?.position,
+    batches,
+    seconds: (Date.now() - started) / 1000,
+  };
+}

@@ -1,0 +1,135 @@
+// import: events as JSONL (strfry's import/export format: one event JSON per line), checked like an
+// EVENT message (shape, policy, id and signature on the verifier's worker threads) and written in
+// batches through the relay's own write path. A bad line is counted and reported with its number and
+// never stops the import. Reading, verifying and writing overlap: while one batch is written, the
+// next is read and verified.
+import { createInterface } from 'node:readline';
+import type { Readable } from 'node:stream';
+import type pg from 'pg';
+import { computeEventId, parseEvent, type NostrEvent } from '../nostr/event.js';
+import { isEphemeral } from '../nostr/kinds.js';
+import type { Limits } from '../relay/limits.js';
+import { checkEventPolicy } from '../relay/policy.js';
+import type { SignatureVerifier } from '../relay/verifier.js';
+import { prepareEvent } from '../store/write.js';
+import { countReason, emptyCounts, writeImportBatch, type ImportCounts, type ImportItem } from './import-batch.js';
+import { noProgress, type Progress } from './progress.js';
+
+export const EPHEMERAL_NOT_STORED = 'ephemeral: ephemeral events are not stored';
+
+export interface ImportJsonlOptions {
+  limits: Limits;
+  /** Checks signatures (ids are always recomputed). Without it, signatures are trusted. */
+  verifier?: SignatureVerifier;
+  /** Events per write transaction. */
+  batchSize?: number;
+  /** Told about every refused line: invalid ones and those the relay rules refuse. */
+  onRefused?: (line: number, reason: string) => void;
+  /** Input size in bytes, when known: drives the progress bar. */
+  totalBytes?: number;
+  progress?: Progress;
+  signal?: AbortSignal;
+}
+
+export interface ImportJsonlResult extends ImportCounts {
+  /** Non-blank lines read. */
+  lines: number;
+  seconds: number;
+  /** False when stopped by the signal. */
+  complete: boolean;
+}
+
+interface Candidate {
+  line: number;
+  event: NostrEvent;
+  /** The verifier's verdict: an `invalid:` reason, or undefined. */
+  verdict: Promise<string | undefined> | string | undefined;
+}
+
+const nowSeconds = () => Math.floor(Date.now() / 1000);
+
+/** Parses and checks one line; returns the event, or the reason it is refused. */
+function checkLine(text: string, limits: Limits): { event: NostrEvent } | { reason: string } {
+  let input: unknown;
+  try {
+    input = JSON.parse(text);
+  } catch {
+    return { reason: 'invalid: not valid JSON' };
+  }
+  const parsed = parseEvent(input);
+  if (!parsed.ok) return { reason: parsed.reason };
+  const policy = checkEventPolicy(parsed.value, limits, nowSeconds());
+  if (policy) return { reason: policy };
+  return { event: parsed.value };
+}
+
+export async function importJsonl(pool: pg.Pool, input: Readable, options: ImportJsonlOptions): Promise<ImportJsonlResult> {
+  const batchSize = options.batchSize ?? 1000;
+  const progress = options.progress ?? noProgress;
+  const counts = emptyCounts();
+  const started = Date.now();
+  let lines = 0;
+  let bytes = 0;
+  let complete = true;
+  const refuse = (line: number, kind: 'invalid' | 'rejected', reason: string) => {
+    countReason(counts, kind, reason);
+    options.onRefused?.(line, reason);
+  };
+  if (options.totalBytes) progress.setTotal(options.totalBytes);
+
+  // One batch is written while the next is read and verified; writes stay in input order.
+  let writing: Promise<void> = Promise.resolve();
+  const flush = async (batch: Candidate[]) => {
+    const items: ImportItem<number>[] = [];
+    for (const c of batch) {
+      const invalid = await c.verdict;
+      if (invalid) refuse(c.line, 'invalid', invalid);
+      else if (isEphemeral(c.event.kind)) refuse(c.line, 'rejected', EPHEMERAL_NOT_STORED);
+      else items.push({ prepared: prepareEvent(c.event), ref: c.line });
+    }
+    await writing;
+    writing = writeImportBatch(pool, items, counts, (line, reason) => options.onRefused?.(line, reason)).then(() => {
+      progress.update(options.totalBytes ? bytes : counts.accepted + counts.duplicate + counts.invalid + counts.rejected);
+    });
+    writing.catch(() => undefined); // awaited by the next flush or at the end
+  };
+
+  const reader = createInterface({ input, crlfDelay: Infinity });
+  let batch: Candidate[] = [];
+  let lineNo = 0;
+  try {
+    for await (const text of reader) {
+      lineNo++;
+      bytes += Buffer.byteLength(text) + 1;
+      if (options.signal?.aborted) {
+        complete = false;
+        break;
+      }
+      if (text.trim() === '') continue;
+      lines++;
+      const checked = checkLine(text, options.limits);
+      if ('reason' in checked) {
+        refuse(lineNo, 'invalid', checked.reason);
+        continue;
+      }
+      const event = checked.event;
+      const verdict = options.verifier
+        ? options.verifier.verify(event)
+        : computeEventId(event) === event.id
+          ? undefined
+          : 'invalid: event id does not match the sha256 of its serialization';
+      if (verdict instanceof Promise) verdict.catch(() => undefined); // awaited in flush
+      batch.push({ line: lineNo, event, verdict });
+      if (batch.length >= batchSize) {
+        await flush(batch);
+        batch = [];
+      }
+    }
+    await flush(batch);
+    await writing;
+  } finally {
+    reader.close();
+    progress.stop();
+  }
+  return { lines, ...counts, seconds: (Date.now() - started) / 1000, complete };
+}

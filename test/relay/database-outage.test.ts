@@ -1,0 +1,55 @@
+// While PostgreSQL is unreachable the relay answers with error:, keeps its sockets, and resumes on
+// its own when the database is back. This file runs its own embedded server, to stop it.
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { parseConfig } from '../../src/config.js';
+import { createLogger } from '../../src/log.js';
+import { openDatabase, type Database } from '../../src/store/database.js';
+import { startEmbeddedPostgres, type EmbeddedPostgres } from '../../src/store/embedded.js';
+import { startRelay, type RelayServer } from '../../src/relay/server.js';
+import { TestClient } from '../support/client.js';
+import { newSigner } from '../support/keys.js';
+
+const log = createLogger('silent');
+let dir: string;
+let server: EmbeddedPostgres;
+let db: Database;
+let relay: RelayServer;
+
+beforeAll(async () => {
+  dir = await mkdtemp(path.join(tmpdir(), 'pgrelay-outage-'));
+  server = await startEmbeddedPostgres(dir, 0, log);
+  const config = parseConfig({ PORT: '0', LOG_LEVEL: 'silent', DATABASE_URL: server.adminUrl });
+  db = await openDatabase(config, log);
+  relay = await startRelay(config, db.pool, log);
+});
+afterAll(async () => {
+  await relay.close();
+  await db.close();
+  await server.stop().catch(() => undefined);
+  await rm(dir, { recursive: true, force: true });
+});
+
+describe('database outage', () => {
+  it('answers error: while the database is down, keeps the socket, and recovers when it is back', async () => {
+    const client = await TestClient.connect(relay.url);
+    const alice = newSigner();
+    expect(await client.publish(alice.sign({ content: 'before' }))).toEqual([true, '']);
+
+    await server.stop();
+    const during = alice.sign({ content: 'during' });
+    const [ok, reason] = await client.publish(during);
+    expect(ok).toBe(false);
+    expect(reason).toMatch(/^error: /);
+    expect(await client.refused('down', { authors: [alice.pubkey] })).toMatch(/^error: /);
+    expect(client.closeInfo).toBeUndefined();
+
+    server = await startEmbeddedPostgres(dir, server.port, log);
+    expect(await client.publish(during)).toEqual([true, '']);
+    const stored = await client.query('after', { authors: [alice.pubkey] });
+    expect(stored.map((e) => e.content).sort()).toEqual(['before', 'during']);
+    client.close();
+  });
+});
