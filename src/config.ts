@@ -49,6 +49,11 @@ const schema = z.object({
   // Connections and maintenance.
   MAX_BUFFERED_BYTES: int(1024).default(8 * 1024 * 1024),
   EXPIRY_SWEEP_SECONDS: int(1).default(60),
+  // Retention (src/ops/prune.ts): off unless RETENTION_OLDER_THAN is set.
+  RETENTION_OLDER_THAN: optionalText.pipe(z.string().regex(/^\d+[smhdw]$/, 'a duration such as 30d, 12h, 90m').optional()),
+  RETENTION_KINDS: optionalText.pipe(z.string().regex(/^\d{1,5}(,\d{1,5})*$/, 'comma-separated kinds, e.g. 1,7').optional()),
+  RETENTION_INCLUDE_REPLACEABLE: bool.default(false),
+  RETENTION_INTERVAL_SECONDS: int(1).default(3600),
   SHUTDOWN_TIMEOUT_MS: int(0).default(10000),
   TRUST_PROXY: bool.default(false),
 });

@@ -43,6 +43,9 @@ export function createPool(url: string, config: Pick<Config, 'DB_POOL_SIZE' | 'Q
     statement_timeout: config.QUERY_TIMEOUT_MS,
     connectionTimeoutMillis: 5000,
     application_name: 'pgrelay',
+    // Relay queries are many, short and already index-ordered: JIT compilation and parallel workers
+    // only add start-up cost and steal the cores other connections need.
+    options: '-c jit=off -c max_parallel_workers_per_gather=0',
   });
   // An idle client losing its server (restart, network) must not crash the process.
   pool.on('error', (err) => log.warn({ err: err.message }, 'idle database connection lost'));

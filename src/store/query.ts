@@ -50,24 +50,42 @@ function drivingTag(tags: TagCondition[]): TagCondition {
 }
 
 /**
- * Tag-led: one event_tags index range per value, merged in (created_at, event_id) order, joined to
- * events for the remaining conditions. An event can carry several of the values, so duplicates
- * (adjacent in merge order) are removed by DISTINCT ON before the limit.
+ * Tag-led: one event_tags index range per value, each already in (created_at, event_id) order and cut
+ * at `limit`; PostgreSQL merges them (Merge Append) and stops after `limit` rows. Every condition sits
+ * inside the branch, before its LIMIT, so nothing filtered out later can take a result slot. Expiry
+ * is an anti-join against the few expired events not yet swept (see EXPIRED), which keeps the branch
+ * an index-only scan. An event carrying several of the values appears in several branches, adjacent
+ * in merge order: DISTINCT ON removes the copies before the outer limit.
  */
-function tagLedQuery(f: Filter, add: Add, now: number): string {
+function tagLedQuery(f: Filter, add: Add): string {
   const tag = drivingTag(f.tags);
+  const limit = add(f.limit);
   const name = add(tag.name);
-  const kinds = f.kinds ? ` AND kind = ANY(${add(f.kinds, '::int[]')})` : '';
-  const since = f.since !== undefined ? ` AND created_at >= ${add(f.since)}` : '';
-  const until = f.until !== undefined ? ` AND created_at <= ${add(f.until)}` : '';
+  const conditions = ['t.event_id NOT IN (SELECT id FROM expired)'];
+  if (f.kinds) conditions.push(`t.kind = ANY(${add(f.kinds, '::int[]')})`);
+  if (f.since !== undefined) conditions.push(`t.created_at >= ${add(f.since)}`);
+  if (f.until !== undefined) conditions.push(`t.created_at <= ${add(f.until)}`);
+  for (const other of f.tags) {
+    if (other === tag) continue;
+    conditions.push(
+      `EXISTS (SELECT 1 FROM event_tags x WHERE x.event_id = t.event_id AND x.name = ${add(other.name)} AND x.value = ANY(${add(other.values, '::text[]')}))`,
+    );
+  }
+  // Authors live on events: only then does a branch join it.
+  const from = f.authors ? `event_tags t JOIN events a ON a.id = t.event_id AND a.pubkey = ANY(${add(f.authors.map(hex), '::bytea[]')})` : 'event_tags t';
+  const where = conditions.join(' AND ');
   const branches = tag.values.map(
-    (v) => `SELECT event_id, created_at FROM event_tags WHERE name = ${name} AND value = ${add(v)}${kinds}${since}${until}`,
+    (v) => `(SELECT t.created_at, t.event_id FROM ${from} WHERE t.name = ${name} AND t.value = ${add(v)} AND ${where} ORDER BY t.created_at DESC, t.event_id LIMIT ${limit})`,
   );
-  const where = eventConditions(f, add, 'e', now, { kinds: true, tag });
-  return `SELECT DISTINCT ON (t.created_at, t.event_id) e.id, e.created_at, e.raw
+  return `SELECT DISTINCT ON (t.created_at, t.event_id) e.id, t.created_at, e.raw
     FROM (${branches.join(' UNION ALL ')}) t JOIN events e ON e.id = t.event_id
-    WHERE ${where.join(' AND ')}
-    ORDER BY t.created_at DESC, t.event_id LIMIT ${add(f.limit)}`;
+    ORDER BY t.created_at DESC, t.event_id LIMIT ${limit}`;
+}
+
+/** Branches over events, each cut at the filter's limit, merged in result order. */
+function mergedBranches(branches: string[], limit: string): string {
+  const cut = branches.map((b) => `(${b} ORDER BY created_at DESC, id LIMIT ${limit})`);
+  return `SELECT id, created_at, raw FROM (${cut.join(' UNION ALL ')}) b ORDER BY created_at DESC, id LIMIT ${limit}`;
 }
 
 /**
@@ -76,23 +94,23 @@ function tagLedQuery(f: Filter, add: Add, now: number): string {
  * a profile lookup then reads one row per author rather than walking the author's whole history.
  */
 function authorLedQuery(f: Filter, add: Add, now: number): string {
-  const authors = f.authors!;
+  const limit = add(f.limit);
   const perKind = f.kinds !== undefined && f.kinds.every((k) => isReplaceable(k) || isAddressable(k));
   const shared = eventConditions(f, add, 'events', now, { authors: true, kinds: perKind }).join(' AND ');
   const branches: string[] = [];
-  for (const author of authors) {
+  for (const author of f.authors!) {
     const a = add(hex(author));
     if (perKind) for (const kind of f.kinds!) branches.push(`SELECT id, created_at, raw FROM events WHERE pubkey = ${a} AND kind = ${add(kind)} AND ${shared}`);
     else branches.push(`SELECT id, created_at, raw FROM events WHERE pubkey = ${a} AND ${shared}`);
   }
-  return `SELECT id, created_at, raw FROM (${branches.join(' UNION ALL ')}) b ORDER BY created_at DESC, id LIMIT ${add(f.limit)}`;
+  return mergedBranches(branches, limit);
 }
 
 /** Kind-led: one branch per kind on events_kind_time. */
 function kindLedQuery(f: Filter, add: Add, now: number): string {
+  const limit = add(f.limit);
   const shared = eventConditions(f, add, 'events', now, { kinds: true }).join(' AND ');
-  const branches = f.kinds!.map((k) => `SELECT id, created_at, raw FROM events WHERE kind = ${add(k)} AND ${shared}`);
-  return `SELECT id, created_at, raw FROM (${branches.join(' UNION ALL ')}) b ORDER BY created_at DESC, id LIMIT ${add(f.limit)}`;
+  return mergedBranches(f.kinds!.map((k) => `SELECT id, created_at, raw FROM events WHERE kind = ${add(k)} AND ${shared}`), limit);
 }
 
 /** ids, or nothing selective: a plain scan of the primary key or of events_time. */
@@ -103,10 +121,18 @@ function plainQuery(f: Filter, add: Add, now: number): string {
 
 function filterQuery(f: Filter, add: Add, now: number): string {
   if (f.ids) return plainQuery(f, add, now);
-  if (f.tags.length) return tagLedQuery(f, add, now);
+  if (f.tags.length) return tagLedQuery(f, add);
   if (f.authors) return authorLedQuery(f, add, now);
   if (f.kinds) return kindLedQuery(f, add, now);
   return plainQuery(f, add, now);
+}
+
+/**
+ * The expired events still stored: the sweep deletes them every EXPIRY_SWEEP_SECONDS, so this set is
+ * small, and tag branches exclude it with a hashed anti-join. PostgreSQL skips it when unreferenced.
+ */
+function expiredEvents(add: Add, now: number): string {
+  return `WITH expired AS MATERIALIZED (SELECT id FROM events WHERE expires_at IS NOT NULL AND expires_at <= ${add(now)})`;
 }
 
 /**
@@ -118,10 +144,11 @@ export function reqToSql(filters: Filter[], now: number): SqlQuery | undefined {
   const wanted = filters.filter((f) => f.limit > 0 && !matchesNothing(f));
   if (wanted.length === 0) return undefined;
   const { values, add } = parameters();
-  if (wanted.length === 1) return { text: filterQuery(wanted[0], add, now), values };
+  const expired = expiredEvents(add, now);
+  if (wanted.length === 1) return { text: `${expired} ${filterQuery(wanted[0], add, now)}`, values };
   const parts = wanted.map((f) => `(${filterQuery(f, add, now)})`);
   return {
-    text: `SELECT DISTINCT ON (created_at, id) id, created_at, raw FROM (${parts.join(' UNION ALL ')}) u ORDER BY created_at DESC, id`,
+    text: `${expired} SELECT DISTINCT ON (created_at, id) id, created_at, raw FROM (${parts.join(' UNION ALL ')}) u ORDER BY created_at DESC, id`,
     values,
   };
 }
