@@ -26,6 +26,7 @@ options:
   --rate R              open loop instead: send R events/s in total (e.g. 5000)
   --size BYTES          content size of each event (default 1000)
   --modes a,b           batched,unbatched (default both)
+  --url ws://…          publish to a relay already running instead (no CPU/RSS/batch figures)
   --out DIR             output folder (default bench-out/ingest)`;
 
 interface RunResult {
@@ -164,7 +165,11 @@ async function publish(relay: RelayProcess, events: NostrEvent[], publishers: nu
   return { seconds, accepted, refused, ok: summarize(latencies) };
 }
 
-async function runMode(mode: string, events: NostrEvent[], o: { publishers: number; window: number; rate?: number }): Promise<RunResult> {
+async function runMode(mode: string, events: NostrEvent[], o: { publishers: number; window: number; rate?: number; url?: string }): Promise<RunResult> {
+  if (o.url) {
+    const r = await publish({ url: o.url } as RelayProcess, events, o.publishers, o.window, o.rate);
+    return { mode: 'external', events: events.length, accepted: r.accepted, refused: r.refused, seconds: r.seconds, eventsPerSecond: r.accepted / r.seconds, ok: r.ok, relayCpuPercent: NaN, postgresCpuPercent: NaN, peakRssMb: NaN, meanBatch: NaN };
+  }
   const dataDir = await mkdtemp(path.join(tmpdir(), 'pgrelay-ingest-'));
   const relay = await startRelayProcess({ DATA_DIR: dataDir, WRITE_BATCH_SIZE: mode === 'batched' ? '500' : '1', MAX_PENDING_EVENTS: '100000', WRITE_QUEUE_MAX: '100000' });
   try {
@@ -207,6 +212,7 @@ async function main(): Promise<void> {
       size: { type: 'string', default: '1000' },
       modes: { type: 'string', default: 'batched,unbatched' },
       out: { type: 'string', default: 'bench-out/ingest' },
+      url: { type: 'string' },
       help: { type: 'boolean', default: false },
     },
   });
@@ -214,10 +220,10 @@ async function main(): Promise<void> {
   const outDir = path.resolve(values.out!);
   await mkdir(outDir, { recursive: true });
   const publishers = Number(values.publishers);
-  const o = { publishers, window: Number(values.window), rate: values.rate ? Number(values.rate) : undefined };
+  const o = { publishers, window: Number(values.window), rate: values.rate ? Number(values.rate) : undefined, url: values.url };
   const all = await loadOrSign(outDir, Number(values.events), Number(values.size), publishers);
   const results: RunResult[] = [];
-  for (const mode of values.modes!.split(',')) {
+  for (const mode of values.url ? ['external'] : values.modes!.split(',')) {
     const events = mode === 'unbatched' ? all.slice(0, Number(values['unbatched-events'])) : all;
     console.error(`${mode}: ${events.length} events from ${publishers} publishers${o.rate ? ` at ${o.rate}/s` : `, ${o.window} in flight each`}…`);
     const r = await runMode(mode, events, o);

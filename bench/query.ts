@@ -4,11 +4,12 @@ import { mkdir, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
+import pg from 'pg';
 import WebSocket from 'ws';
 import { loadConfig } from '../src/config.js';
 import { createLogger } from '../src/log.js';
 import { parseFilter } from '../src/nostr/filter.js';
-import { openDatabase } from '../src/store/database.js';
+import { createPool, openDatabase } from '../src/store/database.js';
 import { reqToSql } from '../src/store/query.js';
 import { baselineSql, createBaseline, dropBaseline } from './lib/jsonb-baseline.js';
 import { loadManifest } from './lib/manifest.js';
@@ -91,19 +92,22 @@ async function main(): Promise<void> {
   const log = createLogger('warn', 2);
   const relay = await startRelayProcess();
   const db = await openDatabase(config, log, { migrate: false, ownEmbeddedServer: false });
+  // Our SQL is EXPLAINed with the relay's own connection settings; the baseline is built and run with
+  // PostgreSQL's defaults (parallel workers, JIT), as a JSONB relay would, and without a timeout.
+  const pool = createPool(db.url, { DB_POOL_SIZE: 2, QUERY_TIMEOUT_MS: 3_600_000 }, log);
+  const basePool = new pg.Pool({ connectionString: db.url, max: 2 });
   const say = (s: string) => console.error(s);
   try {
-    const manifest = await loadManifest(db.pool);
+    const manifest = await loadManifest(pool);
     if (!manifest) throw new Error('no benchmark manifest in this database: run npm run bench:seed first');
-    const { rows: countRows } = await db.pool.query('SELECT count(*)::bigint AS n FROM events');
+    const { rows: countRows } = await pool.query('SELECT count(*)::bigint AS n FROM events');
     const eventCount = Number(countRows[0].n);
     say(`${eventCount} events; relay at ${relay.url}`);
     const wanted = values.shapes?.split(',');
     const shapes = queryShapes(manifest).filter((s) => !wanted || wanted.includes(s.name));
     const ws = await connect(relay.url);
     const results: Row[] = [];
-    if (!values['no-baseline']) await createBaseline(db.pool, say);
-    await db.pool.query(`SET statement_timeout = '120s'`);
+    if (!values['no-baseline']) await createBaseline(basePool, say);
 
     for (const shape of shapes) {
       const samples: number[] = [];
@@ -124,7 +128,7 @@ async function main(): Promise<void> {
         return p.value;
       });
       const ours = reqToSql(parsed, Math.floor(Date.now() / 1000))!;
-      const plan = await db.pool.query(`EXPLAIN (ANALYZE, BUFFERS) ${ours.text}`, ours.values);
+      const plan = await pool.query(`EXPLAIN (ANALYZE, BUFFERS) ${ours.text}`, ours.values);
       await writeFile(path.join(outDir, 'explain', `${shape.name}.ours.txt`), plan.rows.map((r) => r['QUERY PLAN']).join('\n') + '\n');
 
       if (!values['no-baseline']) {
@@ -132,13 +136,13 @@ async function main(): Promise<void> {
         for (let i = 0; i < baselineIterations; i++) {
           const sql = baselineSql(shape.filters(), config.DEFAULT_LIMIT);
           const started = performance.now();
-          const r = await db.pool.query(sql.text, sql.values);
+          const r = await basePool.query(sql.text, sql.values);
           baseSamples.push(performance.now() - started);
           row.baselineRows = Math.max(row.baselineRows ?? 0, r.rowCount ?? 0);
         }
         row.baseline = summarize(baseSamples);
         const sql = baselineSql(filters, config.DEFAULT_LIMIT);
-        const basePlan = await db.pool.query(`EXPLAIN (ANALYZE, BUFFERS) ${sql.text}`, sql.values);
+        const basePlan = await basePool.query(`EXPLAIN (ANALYZE, BUFFERS) ${sql.text}`, sql.values);
         await writeFile(path.join(outDir, 'explain', `${shape.name}.baseline.txt`), basePlan.rows.map((r) => r['QUERY PLAN']).join('\n') + '\n');
       }
       results.push(row);
@@ -147,7 +151,7 @@ async function main(): Promise<void> {
         (b ? `  |  @> p50 ${ms(b.p50)} p95 ${ms(b.p95)} ms  (×${(b.p50 / row.ours.p50).toFixed(0)})` : ''));
     }
     ws.close();
-    if (!values['no-baseline'] && !values['keep-baseline']) await dropBaseline(db.pool);
+    if (!values['no-baseline'] && !values['keep-baseline']) await dropBaseline(basePool);
 
     const table = [
       `${eventCount.toLocaleString('en-US')} events · ${os.cpus().length} cores (${os.cpus()[0]?.model ?? 'unknown CPU'}) · ${iterations} REQs per shape over one WebSocket, clock stops at EOSE; baseline: ${baselineIterations} runs of the same filters as JSONB @> SQL (GIN index), timed at the database`,
@@ -164,6 +168,8 @@ async function main(): Promise<void> {
     console.log(table);
     say(`\nwritten to ${outDir} (results.md, results.json, explain/)`);
   } finally {
+    await pool.end();
+    await basePool.end();
     await db.close();
     await relay.stop();
   }

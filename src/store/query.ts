@@ -100,7 +100,10 @@ function authorLedQuery(f: Filter, add: Add, now: number): string {
   const branches: string[] = [];
   for (const author of f.authors!) {
     const a = add(hex(author));
-    if (perKind) for (const kind of f.kinds!) branches.push(`SELECT id, created_at, raw FROM events WHERE pubkey = ${a} AND kind = ${add(kind)} AND ${shared}`);
+    // `d_tag IS NOT NULL` (true for these kinds) lets the planner use the partial unique index.
+    if (perKind)
+      for (const kind of f.kinds!)
+        branches.push(`SELECT id, created_at, raw FROM events WHERE pubkey = ${a} AND kind = ${add(kind)} AND d_tag IS NOT NULL AND ${shared}`);
     else branches.push(`SELECT id, created_at, raw FROM events WHERE pubkey = ${a} AND ${shared}`);
   }
   return mergedBranches(branches, limit);

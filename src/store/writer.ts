@@ -24,7 +24,7 @@ const isDataError = (err: unknown) => /^2[23]/.test(String((err as { code?: stri
 
 export class EventWriter {
   private queue: Pending[] = [];
-  private flushing: Promise<void> | undefined;
+  private readonly flushing = new Set<Promise<void>>();
   readonly stats: WriterStats = { batches: 0, events: 0, failedBatches: 0 };
 
   constructor(
@@ -34,6 +34,12 @@ export class EventWriter {
     private readonly maxBatch = 500,
     /** Events waiting for a transaction; beyond it, submit() refuses. */
     private readonly maxQueue = 20_000,
+    /**
+     * Transactions in flight at once. One keeps PostgreSQL on one backend (one core) while the next
+     * batch waits; two overlap one batch's commit with the next one's inserts. Concurrent batches stay
+     * correct: each locks the keys it touches (write.ts), so conflicting events still serialise.
+     */
+    private readonly concurrency = 2,
   ) {}
 
   get queued(): number {
@@ -45,22 +51,24 @@ export class EventWriter {
     if (this.queue.length >= this.maxQueue) return Promise.reject(new WriterBusyError('write queue is full'));
     return new Promise((resolve, reject) => {
       this.queue.push({ event, resolve, reject });
-      // setImmediate lets every message already received in this turn join the batch.
-      if (!this.flushing) this.flushing = new Promise((done) => setImmediate(() => this.flushLoop().finally(done)));
+      if (this.flushing.size < this.concurrency) {
+        // setImmediate lets every message already received in this turn join the batch.
+        const loop: Promise<void> = new Promise<void>((done) => setImmediate(() => this.flushLoop().finally(done))).finally(() =>
+          this.flushing.delete(loop),
+        );
+        this.flushing.add(loop);
+      }
     });
   }
 
   /** Waits until every submitted event has been written (or has failed). */
   async drain(): Promise<void> {
-    while (this.flushing) await this.flushing;
+    while (this.flushing.size) await Promise.all(this.flushing);
   }
 
+  /** Takes batches while there are events: whatever arrived during the last commit forms the next. */
   private async flushLoop(): Promise<void> {
-    try {
-      while (this.queue.length) await this.write(this.queue.splice(0, this.maxBatch));
-    } finally {
-      this.flushing = undefined;
-    }
+    while (this.queue.length) await this.write(this.queue.splice(0, this.maxBatch));
   }
 
   private async write(batch: Pending[]): Promise<void> {

@@ -1,0 +1,36 @@
+import pg from 'pg';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { TestClient } from '../support/client.js';
+import { newSigner } from '../support/keys.js';
+import { startTestRelay, type TestRelay } from '../support/relay.js';
+
+let relay: TestRelay;
+beforeAll(async () => {
+  relay = await startTestRelay({ QUERY_TIMEOUT_MS: '300' });
+});
+afterAll(async () => {
+  await relay.close();
+});
+
+describe('statement timeout', () => {
+  it('closes a REQ whose query runs past QUERY_TIMEOUT_MS with error:, and the connection keeps working', async () => {
+    const client = await TestClient.connect(relay.url);
+    const alice = newSigner();
+    const note = alice.sign({ content: 'still here' });
+    expect(await client.publish(note)).toEqual([true, '']);
+
+    // Another session holds the table, so the REQ's query waits until its statement timeout.
+    const blocker = new pg.Client({ connectionString: relay.db.url });
+    await blocker.connect();
+    await blocker.query('BEGIN');
+    await blocker.query('LOCK TABLE events IN ACCESS EXCLUSIVE MODE');
+    try {
+      expect(await client.refused('slow', { authors: [alice.pubkey] })).toBe('error: query timed out');
+    } finally {
+      await blocker.query('ROLLBACK');
+      await blocker.end();
+    }
+    expect((await client.query('again', { authors: [alice.pubkey] })).map((e) => e.id)).toEqual([note.id]);
+    client.close();
+  });
+});
