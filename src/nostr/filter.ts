@@ -104,8 +104,9 @@ export interface MatchableEvent {
   tagKeys: Set<string>; // name + value of each indexed tag: the name is one character
 }
 
-export function toMatchable(event: NostrEvent): MatchableEvent {
-  return { event, tagKeys: new Set(indexedTags(event.tags).map(([name, value]) => name + value)) };
+/** `tags`: the event's indexed tags when the caller already has them (the write path does). */
+export function toMatchable(event: NostrEvent, tags: Array<[string, string]> = indexedTags(event.tags)): MatchableEvent {
+  return { event, tagKeys: new Set(tags.map(([name, value]) => name + value)) };
 }
 
 export type Matcher = (m: MatchableEvent) => boolean;

@@ -5,7 +5,7 @@ import type { PreparedEvent } from '../store/write.js';
 import type { SubscriptionIndex } from './subscriptions.js';
 
 export function broadcast(subscriptions: SubscriptionIndex, p: PreparedEvent): number {
-  const subscribers = subscriptions.matching(toMatchable(p.event));
+  const subscribers = subscriptions.matching(toMatchable(p.event, p.tags));
   for (const s of subscribers) s.deliver(p.event.id, p.raw);
   return subscribers.size;
 }

@@ -75,49 +75,77 @@ function lockKeys(batch: PreparedEvent[]): string[] {
   return [...keys];
 }
 
+type Row = Array<string | number>;
+
+/**
+ * Everything that decides the batch, in one round trip: which ids are stored, which stored kind 5s
+ * name the batch's ids or addresses, and the current versions of its addresses. It runs after the
+ * lock statement, so it sees whatever a writer that held one of our keys committed.
+ */
 async function readFacts(client: pg.PoolClient, batch: PreparedEvent[]): Promise<StoredFacts> {
   const ids = batch.map((p) => p.event.id);
   const addressed = batch.filter((p) => p.dTag !== null);
-  const addresses = addressed.map((p) => addressOf(p)!);
-  const [existing, deletions, current] = await Promise.all([
-    client.query<{ id: string }>(`SELECT encode(id, 'hex') AS id FROM events WHERE id = ANY($1::bytea[])`, [ids.map(hex)]),
-    client.query<{ name: string; value: string; created_at: string; pubkey: string }>(
-      `SELECT t.name, t.value, t.created_at, encode(d.pubkey, 'hex') AS pubkey
-         FROM event_tags t JOIN events d ON d.id = t.event_id
-        WHERE t.kind = ${KIND_DELETION}
-          AND ((t.name = 'e' AND t.value = ANY($1::text[])) OR (t.name = 'a' AND t.value = ANY($2::text[])))`,
-      [ids, addresses],
-    ),
-    addressed.length === 0
-      ? undefined
-      : client.query<{ pubkey: string; kind: number; d_tag: string; id: string; created_at: string }>(
-          `SELECT encode(e.pubkey, 'hex') AS pubkey, e.kind, e.d_tag, encode(e.id, 'hex') AS id, e.created_at
-             FROM events e JOIN unnest($1::bytea[], $2::int[], $3::text[]) AS k(pubkey, kind, d_tag)
-               ON e.pubkey = k.pubkey AND e.kind = k.kind AND e.d_tag = k.d_tag`,
-          [addressed.map((p) => hex(p.event.pubkey)), addressed.map((p) => p.event.kind), addressed.map((p) => p.dTag)],
-        ),
-  ]);
-  const facts: StoredFacts = { existingIds: new Set(existing.rows.map((r) => r.id)), deletedIds: new Map(), deletedAddresses: new Map(), current: new Map() };
-  for (const r of deletions.rows) {
-    if (r.name === 'e') {
-      const pks = facts.deletedIds.get(r.value) ?? new Set<string>();
-      pks.add(r.pubkey);
-      facts.deletedIds.set(r.value, pks);
-    } else if (r.value.split(':')[1] === r.pubkey) {
+  const { rows } = await client.query<{ existing: string[]; deletions: Row[]; current: Row[] }>(
+    `SELECT
+       (SELECT coalesce(json_agg(encode(id, 'hex')), '[]') FROM events WHERE id = ANY($1::bytea[])) AS existing,
+       (SELECT coalesce(json_agg(json_build_array(t.name, t.value, t.created_at, encode(d.pubkey, 'hex'))), '[]')
+          FROM event_tags t JOIN events d ON d.id = t.event_id
+         WHERE t.kind = ${KIND_DELETION}
+           AND ((t.name = 'e' AND t.value = ANY($2::text[])) OR (t.name = 'a' AND t.value = ANY($3::text[])))) AS deletions,
+       (SELECT coalesce(json_agg(json_build_array(encode(e.pubkey, 'hex'), e.kind, e.d_tag, encode(e.id, 'hex'), e.created_at)), '[]')
+          FROM events e JOIN unnest($4::bytea[], $5::int[], $6::text[]) AS k(pubkey, kind, d_tag)
+            ON e.pubkey = k.pubkey AND e.kind = k.kind AND e.d_tag = k.d_tag) AS current`,
+    [
+      ids.map(hex),
+      ids,
+      addressed.map((p) => addressOf(p)!),
+      addressed.map((p) => hex(p.event.pubkey)),
+      addressed.map((p) => p.event.kind),
+      addressed.map((p) => p.dTag),
+    ],
+  );
+  const { existing, deletions, current } = rows[0];
+  const facts: StoredFacts = { existingIds: new Set(existing), deletedIds: new Map(), deletedAddresses: new Map(), current: new Map() };
+  for (const [name, value, createdAt, pubkey] of deletions as [string, string, number, string][]) {
+    if (name === 'e') {
+      const pks = facts.deletedIds.get(value) ?? new Set<string>();
+      pks.add(pubkey);
+      facts.deletedIds.set(value, pks);
+    } else if (value.split(':')[1] === pubkey) {
       // NIP-09: only the address's own author can delete it.
-      facts.deletedAddresses.set(r.value, Math.max(facts.deletedAddresses.get(r.value) ?? 0, Number(r.created_at)));
+      facts.deletedAddresses.set(value, Math.max(facts.deletedAddresses.get(value) ?? 0, Number(createdAt)));
     }
   }
-  for (const r of current?.rows ?? []) facts.current.set(addressKey(r.kind, r.pubkey, r.d_tag), { id: r.id, createdAt: Number(r.created_at) });
+  for (const [pubkey, kind, dTag, id, createdAt] of current as [string, number, string, string, number][])
+    facts.current.set(addressKey(kind, pubkey, dTag), { id, createdAt: Number(createdAt) });
   return facts;
 }
 
+/** Inserts the events and their tag rows in one statement; returns the ids actually inserted. */
 async function insertRows(client: pg.PoolClient, inserts: PreparedEvent[]): Promise<Set<string>> {
   if (inserts.length === 0) return new Set();
+  const eventIds: Buffer[] = [], names: string[] = [], values: string[] = [], kinds: number[] = [], times: number[] = [];
+  for (const p of inserts) {
+    const id = hex(p.event.id);
+    for (const [name, value] of p.tags) {
+      eventIds.push(id);
+      names.push(name);
+      values.push(value);
+      kinds.push(p.event.kind);
+      times.push(p.event.created_at);
+    }
+  }
   const { rows } = await client.query<{ id: string }>(
-    `INSERT INTO events (id, pubkey, kind, created_at, d_tag, expires_at, raw)
-     SELECT * FROM unnest($1::bytea[], $2::bytea[], $3::int[], $4::bigint[], $5::text[], $6::bigint[], $7::text[])
-     ON CONFLICT (id) DO NOTHING RETURNING encode(id, 'hex') AS id`,
+    `WITH inserted AS (
+       INSERT INTO events (id, pubkey, kind, created_at, d_tag, expires_at, raw)
+       SELECT * FROM unnest($1::bytea[], $2::bytea[], $3::int[], $4::bigint[], $5::text[], $6::bigint[], $7::text[])
+       ON CONFLICT (id) DO NOTHING RETURNING id
+     ), tags AS (
+       INSERT INTO event_tags (event_id, name, value, kind, created_at)
+       SELECT * FROM unnest($8::bytea[], $9::text[], $10::text[], $11::int[], $12::bigint[]) AS t(event_id, name, value, kind, created_at)
+       WHERE t.event_id IN (SELECT id FROM inserted)
+     )
+     SELECT encode(id, 'hex') AS id FROM inserted`,
     [
       inserts.map((p) => hex(p.event.id)),
       inserts.map((p) => hex(p.event.pubkey)),
@@ -126,29 +154,14 @@ async function insertRows(client: pg.PoolClient, inserts: PreparedEvent[]): Prom
       inserts.map((p) => p.dTag),
       inserts.map((p) => p.expiresAt),
       inserts.map((p) => p.raw),
+      eventIds,
+      names,
+      values,
+      kinds,
+      times,
     ],
   );
-  const inserted = new Set(rows.map((r) => r.id));
-  const tagged = inserts.filter((p) => inserted.has(p.event.id) && p.tags.length);
-  if (tagged.length) {
-    const eventIds: Buffer[] = [], names: string[] = [], values: string[] = [], kinds: number[] = [], times: number[] = [];
-    for (const p of tagged) {
-      const id = hex(p.event.id);
-      for (const [name, value] of p.tags) {
-        eventIds.push(id);
-        names.push(name);
-        values.push(value);
-        kinds.push(p.event.kind);
-        times.push(p.event.created_at);
-      }
-    }
-    await client.query(
-      `INSERT INTO event_tags (event_id, name, value, kind, created_at)
-       SELECT * FROM unnest($1::bytea[], $2::text[], $3::text[], $4::int[], $5::bigint[])`,
-      [eventIds, names, values, kinds, times],
-    );
-  }
-  return inserted;
+  return new Set(rows.map((r) => r.id));
 }
 
 /** Writes a batch atomically; results are in batch order. Database errors reject the whole batch. */
