@@ -52,16 +52,16 @@ function drivingTag(tags: TagCondition[]): TagCondition {
 /**
  * Tag-led: one event_tags index range per value, each already in (created_at, event_id) order and cut
  * at `limit`; PostgreSQL merges them (Merge Append) and stops after `limit` rows. Every condition sits
- * inside the branch, before its LIMIT, so nothing filtered out later can take a result slot. Expiry
- * is an anti-join against the few expired events not yet swept (see EXPIRED), which keeps the branch
- * an index-only scan. An event carrying several of the values appears in several branches, adjacent
- * in merge order: DISTINCT ON removes the copies before the outer limit.
+ * inside the branch, before its LIMIT, so nothing filtered out later can take a result slot. Expired
+ * events not yet swept are excluded by id (`expired`: see expiredIdsSql), which keeps each branch an
+ * index-only scan and costs nothing to plan. An event carrying several of the values appears in
+ * several branches, adjacent in merge order: DISTINCT ON removes the copies before the outer limit.
  */
-function tagLedQuery(f: Filter, add: Add): string {
+function tagLedQuery(f: Filter, add: Add, now: number, expired: string): string {
   const tag = drivingTag(f.tags);
   const limit = add(f.limit);
   const name = add(tag.name);
-  const conditions = ['t.event_id NOT IN (SELECT id FROM expired)'];
+  const conditions = [`t.event_id <> ALL(${expired})`];
   if (f.kinds) conditions.push(`t.kind = ANY(${add(f.kinds, '::int[]')})`);
   if (f.since !== undefined) conditions.push(`t.created_at >= ${add(f.since)}`);
   if (f.until !== undefined) conditions.push(`t.created_at <= ${add(f.until)}`);
@@ -77,8 +77,10 @@ function tagLedQuery(f: Filter, add: Add): string {
   const branches = tag.values.map(
     (v) => `(SELECT t.created_at, t.event_id FROM ${from} WHERE t.name = ${name} AND t.value = ${add(v)} AND ${where} ORDER BY t.created_at DESC, t.event_id LIMIT ${limit})`,
   );
+  // The expiry check on the join is a safety net for an event that expired after the list was read.
   return `SELECT DISTINCT ON (t.created_at, t.event_id) e.id, t.created_at, e.raw
     FROM (${branches.join(' UNION ALL ')}) t JOIN events e ON e.id = t.event_id
+    WHERE e.expires_at IS NULL OR e.expires_at > ${add(now)}
     ORDER BY t.created_at DESC, t.event_id LIMIT ${limit}`;
 }
 
@@ -122,20 +124,24 @@ function plainQuery(f: Filter, add: Add, now: number): string {
   return `SELECT id, created_at, raw FROM events WHERE ${where.join(' AND ')} ORDER BY created_at DESC, id LIMIT ${add(f.limit)}`;
 }
 
-function filterQuery(f: Filter, add: Add, now: number): string {
+const isTagLed = (f: Filter) => !f.ids && f.tags.length > 0;
+
+function filterQuery(f: Filter, add: Add, now: number, expired: string): string {
   if (f.ids) return plainQuery(f, add, now);
-  if (f.tags.length) return tagLedQuery(f, add);
+  if (isTagLed(f)) return tagLedQuery(f, add, now, expired);
   if (f.authors) return authorLedQuery(f, add, now);
   if (f.kinds) return kindLedQuery(f, add, now);
   return plainQuery(f, add, now);
 }
 
 /**
- * The expired events still stored: the sweep deletes them every EXPIRY_SWEEP_SECONDS, so this set is
- * small, and tag branches exclude it with a hashed anti-join. PostgreSQL skips it when unreferenced.
+ * The expired events still stored: the sweep deletes them every EXPIRY_SWEEP_SECONDS, so this list is
+ * short (usually empty). Read it first (`$1` = now) and pass it to reqToSql when needsExpiredIds.
  */
-function expiredEvents(add: Add, now: number): string {
-  return `WITH expired AS MATERIALIZED (SELECT id FROM events WHERE expires_at IS NOT NULL AND expires_at <= ${add(now)})`;
+export const expiredIdsSql = 'SELECT id FROM events WHERE expires_at IS NOT NULL AND expires_at <= $1';
+
+export function needsExpiredIds(filters: Filter[]): boolean {
+  return filters.some((f) => f.limit > 0 && !matchesNothing(f) && isTagLed(f));
 }
 
 /**
@@ -143,15 +149,15 @@ function expiredEvents(add: Add, now: number): string {
  * ordered newest first, ties by lowest id. Returns undefined when no filter can match anything.
  * Rows: id (bytea), raw (text).
  */
-export function reqToSql(filters: Filter[], now: number): SqlQuery | undefined {
+export function reqToSql(filters: Filter[], now: number, expiredIds: Buffer[] = []): SqlQuery | undefined {
   const wanted = filters.filter((f) => f.limit > 0 && !matchesNothing(f));
   if (wanted.length === 0) return undefined;
   const { values, add } = parameters();
-  const expired = expiredEvents(add, now);
-  if (wanted.length === 1) return { text: `${expired} ${filterQuery(wanted[0], add, now)}`, values };
-  const parts = wanted.map((f) => `(${filterQuery(f, add, now)})`);
+  const expired = wanted.some(isTagLed) ? add(expiredIds, '::bytea[]') : '';
+  if (wanted.length === 1) return { text: filterQuery(wanted[0], add, now, expired), values };
+  const parts = wanted.map((f) => `(${filterQuery(f, add, now, expired)})`);
   return {
-    text: `${expired} SELECT DISTINCT ON (created_at, id) id, created_at, raw FROM (${parts.join(' UNION ALL ')}) u ORDER BY created_at DESC, id`,
+    text: `SELECT DISTINCT ON (created_at, id) id, created_at, raw FROM (${parts.join(' UNION ALL ')}) u ORDER BY created_at DESC, id`,
     values,
   };
 }

@@ -3,7 +3,7 @@
 import type pg from 'pg';
 import Cursor from 'pg-cursor';
 import type { Filter } from '../nostr/filter.js';
-import { countToSql, reqToSql } from './query.js';
+import { countToSql, expiredIdsSql, needsExpiredIds, reqToSql } from './query.js';
 
 export interface StoredRow {
   id: string; // hex
@@ -22,12 +22,14 @@ export async function streamEvents(
   now: number,
   onRows: (rows: StoredRow[]) => boolean | Promise<boolean>,
 ): Promise<void> {
-  const sql = reqToSql(filters, now);
-  if (!sql) return;
+  if (!reqToSql(filters, now)) return;
   const client = await pool.connect();
-  const cursor = client.query(new Cursor<{ id: Buffer; raw: string }>(sql.text, sql.values));
+  let cursor: Cursor<{ id: Buffer; raw: string }> | undefined;
   let broken = false;
   try {
+    const expired = needsExpiredIds(filters) ? (await client.query<{ id: Buffer }>(expiredIdsSql, [now])).rows.map((r) => r.id) : [];
+    const sql = reqToSql(filters, now, expired)!;
+    cursor = client.query(new Cursor<{ id: Buffer; raw: string }>(sql.text, sql.values));
     for (;;) {
       const rows = await cursor.read(BATCH_ROWS);
       if (rows.length === 0) break;
@@ -38,7 +40,7 @@ export async function streamEvents(
     broken = true;
     throw err;
   } finally {
-    await cursor.close().catch(() => undefined);
+    await cursor?.close().catch(() => undefined);
     client.release(broken ? true : undefined);
   }
 }
