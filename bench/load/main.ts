@@ -1,7 +1,7 @@
 // npm run load -- --scenario query|publish|fanout|connections: a k6 ladder against the relay (one k6
 // run per step), written up as a markdown table and an SVG plot of latency against the ladder
 // variable. Prepares what k6 cannot: the seeded corpus and its REQ mix, signed events. See --help.
-import { spawn } from 'node:child_process';
+import { execFileSync, spawn } from 'node:child_process';
 import { mkdir, readFile, rm, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -52,7 +52,7 @@ options:
   --conns-per-vu N      fanout/connections: WebSockets per k6 VU (default 20 / 200)
   --shapes a,b          query shapes (default ${DEFAULT_QUERY_SHAPES.join(',')})
   --warmup D            query: unmeasured run before the ladder, to warm caches (default 10s; 0 = none)
-  --p95 MS              p95 latency threshold in ms (default 50; 0 = none)
+  --p95 MS              p95 latency threshold in ms (default 50, connections: none; 0 = none)
   --url WS_URL          test a relay that is already running (nothing is seeded or cleaned up;
                         query still reads the corpus manifest from DATABASE_URL or --data-dir)
   --relay-pid PID       with --url: the relay's pid, for its CPU and RSS columns
@@ -117,7 +117,7 @@ function parse(): Args | { report: string } | undefined {
       'conns-per-vu': { type: 'string' },
       shapes: { type: 'string', default: DEFAULT_QUERY_SHAPES.join(',') },
       warmup: { type: 'string', default: '10s' },
-      p95: { type: 'string', default: '50' },
+      p95: { type: 'string' },
       url: { type: 'string' },
       'relay-pid': { type: 'string' },
       'data-dir': { type: 'string', default: path.join(CACHE_DIR, 'db') },
@@ -155,7 +155,7 @@ function parse(): Args | { report: string } | undefined {
     connsPerVu: Number(values['conns-per-vu'] ?? (scenario === 'fanout' ? 20 : 200)),
     shapes: values.shapes!.split(','),
     warmup: values.warmup!,
-    p95: Number(values.p95),
+    p95: Number(values.p95 ?? (scenario === 'connections' ? 0 : 50)),
     url: values.url,
     relayPid: values['relay-pid'] ? Number(values['relay-pid']) : undefined,
     dataDir: path.resolve(values['data-dir']!),
@@ -209,6 +209,11 @@ interface Context {
   owned: boolean;
   steps: Step[];
   notes: string[];
+  /** The relay's RSS before the first step: memory per connection is measured from it, since a
+   * Node process rarely gives memory back and a later step's "before" would hide what it costs. */
+  initialRss?: number;
+  /** Taken at the start: what the relay under test was built from. */
+  revision: string;
 }
 
 /** Runs one k6 step and measures CPU (relay, PostgreSQL, k6) and the relay's memory and connections around it. */
@@ -222,14 +227,13 @@ async function step(ctx: Context, x: number, script: string, env: Record<string,
   const before = {
     relay: ctx.relayPid ? cpuSeconds(ctx.relayPid) : undefined,
     k6: reapedChildrenCpuSeconds(),
-    rss: ctx.relayPid ? rssBytes(ctx.relayPid) : undefined,
   };
   let peakConnections = 0;
   let rssAtPeak: number | undefined;
   let peakRss = 0;
   const sample = () => {
     postgres.sample();
-    const conns = establishedConnections(port) ?? 0;
+    const conns = establishedConnections(port, ctx.relayPid) ?? 0;
     const rss = ctx.relayPid ? rssBytes(ctx.relayPid) : undefined;
     if (rss !== undefined) peakRss = Math.max(peakRss, rss);
     if (conns >= peakConnections) {
@@ -237,7 +241,7 @@ async function step(ctx: Context, x: number, script: string, env: Record<string,
       rssAtPeak = rss;
     }
   };
-  say(`${measured ? 'step' : 'warm-up'} ${label}: k6 ${path.basename(script)} …`);
+  say(`${measured ? `step ${label}` : 'warm-up'}: k6 ${path.basename(script)} …`);
   const r = await runK6(ctx.k6, script, { RELAY_URL: ctx.url, P95_MS: measured ? a.p95 : 0, ...env }, files, sample);
   if (!r.summary) {
     say(`  k6 exited with ${r.exitCode} and no summary: see ${files.log}`);
@@ -252,7 +256,7 @@ async function step(ctx: Context, x: number, script: string, env: Record<string,
     relayRssMb: peakRss ? peakRss / 2 ** 20 : undefined,
     peakConnections,
     rssPerConnectionKb:
-      rssAtPeak !== undefined && before.rss !== undefined && peakConnections > 0 ? (rssAtPeak - before.rss) / 1024 / peakConnections : undefined,
+      rssAtPeak !== undefined && ctx.initialRss !== undefined && peakConnections > 0 ? (rssAtPeak - ctx.initialRss) / 1024 / peakConnections : undefined,
   };
   const result: Step = { x, summary: r.summary, exitCode: r.exitCode, system };
   const spec = SCENARIOS[a.scenario];
@@ -338,7 +342,7 @@ async function runConnections(ctx: Context): Promise<void> {
   }
   ctx.notes.push(
     `Connections opened evenly over ${a.ramp} and held ${a.hold}, each with 3 subscriptions (mentions, DMs, 10 follows; limit 0, nothing matches). ` +
-      'RSS/connection = (relay RSS when most connections were established − RSS before the step) ÷ those connections.',
+      'RSS/connection = (relay RSS when most connections were established − its RSS before the first step) ÷ those connections.',
   );
 }
 
@@ -358,11 +362,13 @@ async function main(): Promise<void> {
   let relay: RelayProcess | undefined;
   let db: Database | undefined;
   const startedAt = new Date();
+  const revision = sourceRevision();
   const loadBefore = loadAverage();
   try {
     if (!a.url) {
       say(`starting a relay on ${a.databaseUrl ? 'the given database' : a.dataDir}…`);
-      relay = await startRelayProcess({ DATA_DIR: a.dataDir, DATABASE_URL: a.databaseUrl ?? '', HOST: '127.0.0.1' });
+      // No retention: it would prune the seeded corpus (its events are up to two years old).
+      relay = await startRelayProcess({ DATA_DIR: a.dataDir, DATABASE_URL: a.databaseUrl ?? '', HOST: '127.0.0.1', RETENTION_OLDER_THAN: '' });
     }
     const url = a.url ?? relay!.url;
     const host = new URL(url).hostname;
@@ -371,7 +377,8 @@ async function main(): Promise<void> {
       const config = loadConfig();
       db = await openDatabase(config, createLogger('warn', 2), { migrate: false, ownEmbeddedServer: false });
     }
-    const ctx: Context = { a, k6, url, relayPid: relay?.pid ?? a.relayPid, db, owned: !!relay, steps: [], notes: [] };
+    const relayPid = relay?.pid ?? a.relayPid;
+    const ctx: Context = { a, k6, url, relayPid, db, owned: !!relay, steps: [], notes: [], revision, initialRss: relayPid ? rssBytes(relayPid) : undefined };
     say(`relay ${url}; ${k6Version(k6)}`);
     if (a.scenario === 'query') await runQuery(ctx);
     else if (a.scenario === 'publish') await runPublish(ctx);
@@ -384,11 +391,24 @@ async function main(): Promise<void> {
   }
 }
 
+/** The commit the relay was built from, marked when its sources differ from it. Read-only git. */
+function sourceRevision(): string {
+  try {
+    const commit = execFileSync('git', ['rev-parse', '--short', 'HEAD'], { cwd: ROOT, encoding: 'utf8' }).trim();
+    const dirty = execFileSync('git', ['status', '--porcelain', '--', 'src', 'migrations'], { cwd: ROOT, encoding: 'utf8' }).trim();
+    return dirty ? `${commit} + uncommitted changes in src/ or migrations/` : commit;
+  } catch {
+    return 'unknown revision';
+  }
+}
+
 /** Everything the report needs, kept in results.json so `--report DIR` can render it again. */
 interface Results {
   command: string;
   startedAt: string;
   machine: string;
+  /** The relay's source: commit, and whether src/ or migrations/ had uncommitted changes. */
+  revision: string;
   k6: string;
   loadAverage: { start: number; end: number };
   args: Args;
@@ -402,6 +422,7 @@ async function writeReport(ctx: Context, startedAt: Date, loadBefore: number): P
     command: `npm run load -- ${process.argv.slice(2).join(' ')}`,
     startedAt: startedAt.toISOString(),
     machine: machineDescription(),
+    revision: ctx.revision,
     k6: k6Version(ctx.k6),
     loadAverage: { start: loadBefore, end: loadAverage() },
     args: ctx.a,
@@ -421,12 +442,12 @@ async function render(r: Results, out: string): Promise<void> {
   const title = `pgrelay ${a.scenario} (${mode}): ${spec.latencyLabel} by ${xLabel}`;
   const svg = latencySvg(a.scenario, r.steps, { title, targetMs: a.p95 > 0 ? a.p95 : undefined, xLabel });
   const perShape = a.scenario === 'query' ? shapeTable(r.steps, a.openLoop ? '/s' : 'VUs') : '';
-  const over = a.scenario === 'fanout' ? 'over the time events were sent' : 'over the whole k6 run';
+  const over = a.scenario === 'fanout' ? 'over the time events were sent' : a.scenario === 'connections' ? '= connections open with all their subscriptions at the end of the hold' : 'over the whole k6 run';
   const md = [
     `## ${a.scenario}: ${spec.latencyLabel} (${mode})`,
     '',
     `\`${r.command}\` — ${r.startedAt.slice(0, 16).replace('T', ' ')} UTC, ${a.scenario === 'connections' ? `ramp ${a.ramp}, hold ${a.hold}` : `${a.duration} per step`}; ` +
-      `machine: ${r.machine}; ${r.k6}; relay and k6 on the same machine; load average ${r.loadAverage.start.toFixed(1)} at the start, ${r.loadAverage.end.toFixed(1)} at the end.`,
+      `relay ${r.revision ?? 'unknown revision'}; machine: ${r.machine}; ${r.k6}; relay and k6 on the same machine; load average ${r.loadAverage.start.toFixed(1)} at the start, ${r.loadAverage.end.toFixed(1)} at the end.`,
     '',
     ladderTable(a.scenario, r.steps, xLabel),
     '',

@@ -46,8 +46,8 @@ interface ScenarioSpec {
 export const SCENARIOS: Record<ScenarioName, ScenarioSpec> = {
   query: { xLabel: 'VUs', latencyMetric: 'eose_ms', latencyLabel: 'time to EOSE', throughputMetric: 'reqs', throughputLabel: 'REQ/s' },
   publish: { xLabel: 'VUs', latencyMetric: 'ok_ms', latencyLabel: 'time to OK', throughputMetric: 'events_accepted', throughputLabel: 'events/s' },
-  fanout: { xLabel: 'subscribers', latencyMetric: 'delivery_ms', latencyLabel: 'delivery latency', throughputMetric: 'deliveries', throughputLabel: 'deliveries/s' },
-  connections: { xLabel: 'connections', latencyMetric: 'ws_connecting', latencyLabel: 'connect time', throughputMetric: 'connections_opened', throughputLabel: 'connections/s' },
+  fanout: { xLabel: 'subscribers', latencyMetric: 'delivery_ms', latencyLabel: 'delivery latency', throughputMetric: 'delivery_ms', throughputLabel: 'deliveries/s' },
+  connections: { xLabel: 'connections', latencyMetric: 'ws_connecting', latencyLabel: 'connect time', throughputMetric: 'connections_held', throughputLabel: 'held' },
 };
 
 export function stat(summary: K6Summary, metric: string, name: string): number {
@@ -100,11 +100,15 @@ export function ladderRow(scenario: ScenarioName, step: Step): Row {
   };
 }
 
-/** Per second: over the whole k6 run, except fanout's deliveries, over the time events were sent. */
+/**
+ * Per second over the whole k6 run; fanout's deliveries over the time events were sent; for
+ * connections, not a rate: the connections held to the end.
+ */
 export function throughput(scenario: ScenarioName, s: K6Summary): number {
+  if (scenario === 'connections') return stat(s, 'connections_held', 'count') || 0;
   if (scenario === 'fanout') {
     const window = stat(s, 'send_window_s', 'value');
-    if (window > 0) return (stat(s, 'deliveries', 'count') || 0) / window;
+    if (window > 0) return (stat(s, 'delivery_ms', 'count') || 0) / window;
   }
   return stat(s, SCENARIOS[scenario].throughputMetric, 'rate');
 }
@@ -148,7 +152,6 @@ function extraColumns(scenario: ScenarioName): Array<[string, (s: Step) => strin
       ];
     case 'connections':
       return [
-        ['held', (s) => fmtNum(stat(s.summary, 'connections_held', 'count') || 0)],
         ['failed', (s) => fmtNum(stat(s.summary, 'connections_failed', 'count') || 0)],
         ['dropped', (s) => fmtNum(stat(s.summary, 'connections_dropped', 'count') || 0)],
         ['subscriptions', (s) => fmtNum(stat(s.summary, 'subscriptions_open', 'count') || 0)],
@@ -169,7 +172,7 @@ export function ladderTable(scenario: ScenarioName, steps: Step[], xLabel = SCEN
   for (const step of steps) {
     const r = ladderRow(scenario, step);
     const cells = [
-      fmtNum(r.x), fmtNum(r.count), fmtMs(r.p50), fmtMs(r.p90), fmtMs(r.p95), fmtMs(r.p99), fmtMs(r.max), fmtNum(r.throughput, 1),
+      fmtNum(r.x), fmtNum(r.count), fmtMs(r.p50), fmtMs(r.p90), fmtMs(r.p95), fmtMs(r.p99), fmtMs(r.max), fmtNum(r.throughput, scenario === 'connections' ? 0 : 1),
       ...extras.map(([, cell]) => cell(step)),
       fmtNum(r.errors), cpu(step.system?.relayCpu), cpu(step.system?.postgresCpu), cpu(step.system?.k6Cpu), verdict(r),
     ];
@@ -292,6 +295,10 @@ export function latencySvg(scenario: ScenarioName, steps: Step[], options: { tit
   // throughput line
   const tPoints = rows.map((r, i) => (Number.isFinite(r.throughput) ? `${x(i).toFixed(1)},${yt(r.throughput).toFixed(1)}` : '')).filter(Boolean);
   if (tPoints.length) out.push(`<polyline data-series="throughput" fill="none" stroke="#888" stroke-width="1.5" stroke-dasharray="4 3" points="${tPoints.join(' ')}"/>`);
+  for (const p of tPoints) {
+    const [cx, cy] = p.split(',');
+    out.push(`<circle cx="${cx}" cy="${cy}" r="3" fill="#fff" stroke="#888" stroke-width="1.5"/>`);
+  }
   // percentile lines
   for (const s of SERIES) {
     const pts = rows.map((r, i) => (Number.isFinite(r[s.key]) && r[s.key] > 0 ? [x(i), y(r[s.key])] : undefined)).filter((p): p is number[] => !!p);

@@ -2,7 +2,7 @@
 // reading is undefined and the table shows "–"): CPU time of the relay, of the embedded PostgreSQL
 // and of k6 (a reaped child: our cutime), the relay's RSS, and its established connections.
 import { execFileSync } from 'node:child_process';
-import { readFileSync, readdirSync } from 'node:fs';
+import { readFileSync, readdirSync, readlinkSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 
@@ -101,8 +101,31 @@ export function rssBytes(pid: number): number | undefined {
   }
 }
 
-/** ESTABLISHED TCP connections whose local port is `port` (the relay's side of each client socket). */
-export function establishedConnections(port: number): number | undefined {
+/** Inodes of the sockets a process holds open (its /proc/<pid>/fd links "socket:[inode]"). */
+function socketInodes(pid: number): Set<string> | undefined {
+  try {
+    const inodes = new Set<string>();
+    for (const fd of readdirSync(`/proc/${pid}/fd`)) {
+      try {
+        const m = /^socket:\[(\d+)\]$/.exec(readlinkSync(`/proc/${pid}/fd/${fd}`));
+        if (m) inodes.add(m[1]);
+      } catch {
+        /* closed meanwhile */
+      }
+    }
+    return inodes;
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * ESTABLISHED TCP connections on local port `port` (the relay's side of each client socket); with
+ * `pid`, only sockets that process holds, so another program's connection that happens to use the
+ * same (ephemeral) port number is not counted.
+ */
+export function establishedConnections(port: number, pid?: number): number | undefined {
+  const owned = pid === undefined ? undefined : socketInodes(pid);
   let count = 0;
   let read = false;
   const hexPort = port.toString(16).toUpperCase().padStart(4, '0');
@@ -116,7 +139,7 @@ export function establishedConnections(port: number): number | undefined {
     }
     for (const line of text.split('\n').slice(1)) {
       const cols = line.trim().split(/\s+/);
-      if (cols.length > 3 && cols[3] === '01' && cols[1].endsWith(`:${hexPort}`)) count++;
+      if (cols.length > 9 && cols[3] === '01' && cols[1].endsWith(`:${hexPort}`) && (!owned || owned.has(cols[9]))) count++;
     }
   }
   return read ? count : undefined;

@@ -12,6 +12,15 @@ import type { Subscriber } from './subscriptions.js';
 
 const QUERY_CANCELED = '57014'; // PostgreSQL: statement_timeout
 
+/** The CLOSED reason for a failed REQ or COUNT: overload and timeouts say so; the rest is `error:`. */
+function queryFailure(err: unknown, what: string): { reason: string; unexpected: boolean } {
+  if ((err as { code?: string }).code === QUERY_CANCELED) return { reason: `error: ${what} timed out`, unexpected: false };
+  // pg's pool gives up waiting for a free connection: every connection is busy with other queries.
+  if (/timeout exceeded when trying to connect/.test((err as Error).message ?? ''))
+    return { reason: 'rate-limited: the relay is busy answering other queries, try again shortly', unexpected: false };
+  return { reason: `error: could not ${what === 'query' ? 'query stored events' : 'count events'}`, unexpected: true };
+}
+
 /** A REQ: stored events first, then live ones. Live matches that arrive before EOSE wait in a queue. */
 class Subscription implements Subscriber {
   closed = false;
@@ -187,9 +196,9 @@ export class Connection {
     } catch (err) {
       if (sub.closed) return;
       this.endSubscription(sub);
-      const timedOut = (err as { code?: string }).code === QUERY_CANCELED;
-      if (!timedOut) this.ctx.log.error({ err: (err as Error).message, subId }, 'REQ query failed');
-      return this.send(closedMessage(subId, timedOut ? 'error: query timed out' : 'error: could not query stored events'));
+      const { reason, unexpected } = queryFailure(err, 'query');
+      if (unexpected) this.ctx.log.error({ err: (err as Error).message, subId }, 'REQ query failed');
+      return this.send(closedMessage(subId, reason));
     }
     if (!sub.closed) sub.goLive();
   }
@@ -201,8 +210,7 @@ export class Connection {
     try {
       this.send(countMessage(subId, await countEvents(this.ctx.pool, filters, nowSeconds())));
     } catch (err) {
-      const timedOut = (err as { code?: string }).code === QUERY_CANCELED;
-      this.send(closedMessage(subId, timedOut ? 'error: count timed out' : 'error: could not count events'));
+      this.send(closedMessage(subId, queryFailure(err, 'count').reason));
     }
   }
 }

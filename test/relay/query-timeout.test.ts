@@ -34,3 +34,23 @@ describe('statement timeout', () => {
     client.close();
   });
 });
+
+describe('pool exhaustion', () => {
+  it('refuses a REQ with rate-limited: when no database connection frees up in time', async () => {
+    const busy = await startTestRelay({ DB_POOL_SIZE: '1', QUERY_TIMEOUT_MS: '20000' });
+    const blocker = new pg.Client({ connectionString: busy.db.url });
+    await blocker.connect();
+    await blocker.query('BEGIN');
+    await blocker.query('LOCK TABLE events IN ACCESS EXCLUSIVE MODE');
+    const client = await TestClient.connect(busy.url);
+    try {
+      client.send(['REQ', 'holds-the-connection', { kinds: [1] }]); // waits on the lock with the only connection
+      expect(await client.refused('waits-for-a-connection', { kinds: [1] })).toMatch(/^rate-limited: /);
+    } finally {
+      await blocker.query('ROLLBACK');
+      await blocker.end();
+      client.close();
+      await busy.close();
+    }
+  }, 30_000);
+});
