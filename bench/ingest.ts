@@ -173,12 +173,13 @@ async function runMode(mode: string, events: NostrEvent[], o: { publishers: numb
   const dataDir = await mkdtemp(path.join(tmpdir(), 'pgrelay-ingest-'));
   const relay = await startRelayProcess({ DATA_DIR: dataDir, WRITE_BATCH_SIZE: mode === 'batched' ? '500' : '1', MAX_PENDING_EVENTS: '100000', WRITE_QUEUE_MAX: '100000' });
   try {
-    const pgPids = postgresPids();
     const cpu0 = cpuSeconds(relay.pid);
-    const pg0 = pgPids.reduce((s, p) => s + cpuSeconds(p), 0);
+    const pg0 = new Map(postgresPids().map((p) => [p, cpuSeconds(p)]));
     const r = await publish(relay, events, o.publishers, o.window, o.rate);
     const relayCpu = cpuSeconds(relay.pid) - cpu0;
-    const pgCpu = postgresPids().reduce((s, p) => s + cpuSeconds(p), 0) - pg0;
+    // PostgreSQL processes of every cluster on the machine: backends that started during the run
+    // count from zero, those that ended are not counted.
+    const pgCpu = postgresPids().reduce((sum, p) => sum + cpuSeconds(p) - (pg0.get(p) ?? 0), 0);
     const rss = peakRssMb(relay.pid);
     await relay.stop();
     const stopped = relay.logs.find((l) => l.msg === 'relay stopped') as { writer?: { meanBatch: number } } | undefined;
