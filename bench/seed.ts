@@ -7,7 +7,7 @@ import { from as copyFrom } from 'pg-copy-streams';
 import type pg from 'pg';
 import { loadConfig } from '../src/config.js';
 import { createLogger } from '../src/log.js';
-import { openDatabase } from '../src/store/database.js';
+import { createPool, openDatabase } from '../src/store/database.js';
 import { prepareEvent, type PreparedEvent } from '../src/store/write.js';
 import { generateCorpus, type Manifest } from './lib/corpus.js';
 import { saveManifest } from './lib/manifest.js';
@@ -29,6 +29,8 @@ options:
   --days N       time span (default 730)
   --end T        created_at of the newest event, unix seconds (default 1790000000)
   --reset        empty the events tables first (otherwise they must be empty)
+  --resume       continue an interrupted run with the same options (batches commit in order, so
+                 the first N generated events are exactly the N stored ones)
   --batch N      events per COPY transaction (default 5000)`;
 
 function copyText(value: string): string {
@@ -71,6 +73,7 @@ async function main(): Promise<void> {
       days: { type: 'string', default: '730' },
       end: { type: 'string', default: '1790000000' },
       reset: { type: 'boolean', default: false },
+      resume: { type: 'boolean', default: false },
       batch: { type: 'string', default: '5000' },
       help: { type: 'boolean', default: false },
     },
@@ -88,38 +91,48 @@ async function main(): Promise<void> {
   const config = loadConfig();
   const log = createLogger(config.LOG_LEVEL, 2);
   const db = await openDatabase(config, log, { ownEmbeddedServer: false });
+  // Bulk loading on a busy machine can take longer than the relay's statement timeout: none here.
+  const pool = createPool(db.url, { DB_POOL_SIZE: 2, QUERY_TIMEOUT_MS: 0 }, log);
   try {
-    if (values.reset) await db.pool.query('TRUNCATE events, event_tags');
-    const { rows } = await db.pool.query('SELECT EXISTS (SELECT 1 FROM events) AS any');
-    if (rows[0].any) throw new Error('the events table is not empty: pass --reset to empty it first');
+    if (values.reset) await pool.query('TRUNCATE events, event_tags');
+    const { rows } = await pool.query('SELECT count(*)::bigint AS n FROM events');
+    const stored = Number(rows[0].n);
+    if (stored && !values.resume) throw new Error('the events table is not empty: pass --reset to empty it first, or --resume');
 
     const manifest: Manifest = { seed: options.seed, events, authors: [], hashtags: [], popularNotes: [], articles: [], sampleIds: [], start: 0, end: 0 };
     const started = Date.now();
     let batch: PreparedEvent[] = [];
-    let written = 0;
+    const initial = values.resume ? stored : 0;
+    let written = initial;
     let lastReport = started;
+    let skipped = 0;
     for (const event of generateCorpus(options, manifest)) {
+      if (skipped < (values.resume ? stored : 0)) {
+        skipped++;
+        continue;
+      }
       batch.push(prepareEvent(event));
       if (batch.length < batchSize) continue;
-      await writeBatch(db.pool, batch);
+      await writeBatch(pool, batch);
       written += batch.length;
       batch = [];
       if (Date.now() - lastReport > 5000) {
         lastReport = Date.now();
-        const rate = written / ((lastReport - started) / 1000);
+        const rate = (written - initial) / ((lastReport - started) / 1000);
         console.error(`seeded ${written}/${events} events (${Math.round(rate)}/s, ETA ${Math.round((events - written) / rate)} s)`);
       }
     }
-    if (batch.length) await writeBatch(db.pool, batch);
+    if (batch.length) await writeBatch(pool, batch);
     written += batch.length;
     const seconds = (Date.now() - started) / 1000;
-    console.error(`seeded ${written} events in ${seconds.toFixed(1)} s (${Math.round(written / seconds)}/s); analysing…`);
-    await db.pool.query('VACUUM ANALYZE events');
-    await db.pool.query('VACUUM ANALYZE event_tags');
-    await saveManifest(db.pool, manifest);
-    const size = await db.pool.query("SELECT pg_size_pretty(pg_database_size(current_database())) AS size, (SELECT count(*) FROM event_tags) AS tags");
+    console.error(`seeded ${written - initial} events in ${seconds.toFixed(1)} s (${Math.round((written - initial) / seconds)}/s); analysing…`);
+    await pool.query('VACUUM ANALYZE events');
+    await pool.query('VACUUM ANALYZE event_tags');
+    await saveManifest(pool, manifest);
+    const size = await pool.query("SELECT pg_size_pretty(pg_database_size(current_database())) AS size, (SELECT count(*) FROM event_tags) AS tags");
     console.log(JSON.stringify({ events: written, tagRows: Number(size.rows[0].tags), seconds: Math.round(seconds), database: size.rows[0].size }));
   } finally {
+    await pool.end();
     await db.close();
   }
 }
