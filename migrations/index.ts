@@ -2,6 +2,7 @@
 // and from the compiled build (relay, CLI) without knex loading files by extension.
 import type { Knex } from 'knex';
 import * as events from './20261122000001_events.js';
+import * as opsCheckpoints from './20261201000001_ops_checkpoints.js';
 
 export interface Migration {
   up(knex: Knex): Promise<void>;
@@ -10,4 +11,5 @@ export interface Migration {
 
 export const migrations: Record<string, Migration> = {
   '20261122000001_events': events,
+  '20261201000001_ops_checkpoints': opsCheckpoints,
 };

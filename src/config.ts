@@ -51,7 +51,9 @@ const schema = z.object({
   EXPIRY_SWEEP_SECONDS: int(1).default(60),
   // Retention (src/ops/prune.ts): off unless RETENTION_OLDER_THAN is set.
   RETENTION_OLDER_THAN: optionalText.pipe(z.string().regex(/^\d+[smhdw]$/, 'a duration such as 30d, 12h, 90m').optional()),
-  RETENTION_KINDS: optionalText.pipe(z.string().regex(/^\d{1,5}(,\d{1,5})*$/, 'comma-separated kinds, e.g. 1,7').optional()),
+  RETENTION_KINDS: optionalText.pipe(
+    z.string().regex(/^\d{1,5}(,\d{1,5})*$/, 'comma-separated kinds, e.g. 1,7').refine((v) => v.split(',').every((k) => Number(k) <= 65535), 'kinds are 0-65535').optional(),
+  ),
   RETENTION_INCLUDE_REPLACEABLE: bool.default(false),
   RETENTION_INTERVAL_SECONDS: int(1).default(3600),
   SHUTDOWN_TIMEOUT_MS: int(0).default(10000),

@@ -4,9 +4,16 @@
 import { ConfigError, loadConfig } from '../config.js';
 import { createLogger } from '../log.js';
 import type { Command } from './command.js';
+import { backfillTagsCommand } from './commands/backfill-tags.js';
+import { exportCommand } from './commands/export.js';
+import { importNostreamCommand } from './commands/import-nostream.js';
+import { importCommand } from './commands/import.js';
 import { migrate } from './commands/migrate.js';
+import { pruneCommand } from './commands/prune.js';
+import { UsageError } from './commands/shared.js';
+import { statsCommand } from './commands/stats.js';
 
-const commands: Command[] = [migrate];
+const commands: Command[] = [migrate, backfillTagsCommand, importNostreamCommand, importCommand, exportCommand, pruneCommand, statsCommand];
 
 function usage(): string {
   const width = Math.max(...commands.map((c) => c.name.length));
@@ -45,6 +52,10 @@ async function main(argv: string[]): Promise<number> {
 main(process.argv.slice(2)).then(
   (code) => process.exit(code),
   (err) => {
+    if (err instanceof UsageError) {
+      console.error(`${err.message}\n(run with --help for the options)`);
+      process.exit(2);
+    }
     console.error(err instanceof ConfigError ? err.message : `error: ${err instanceof Error ? err.message : String(err)}`);
     process.exit(err instanceof ConfigError ? 2 : 1);
   },

@@ -46,6 +46,8 @@ export interface BackfillResult extends BackfillCounts {
   complete: boolean;
   /** The id (hex) the run resumed after, if it resumed. */
   resumedAfter?: string;
+  /** Events processed by this run alone (the rate is this over `seconds`). */
+  eventsThisRun: number;
   batches: number;
   seconds: number;
 }
@@ -212,6 +214,7 @@ export async function backfillTags(pool: pg.Pool, options: BackfillOptions = {})
     ...counts,
     complete,
     resumedAfter: checkpoint?.position,
+    eventsThisRun: counts.events - (checkpoint?.counts.events ?? 0),
     batches,
     seconds: (Date.now() - started) / 1000,
   };

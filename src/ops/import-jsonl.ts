@@ -2,7 +2,7 @@
 // EVENT message (shape, policy, id and signature on the verifier's worker threads) and written in
 // batches through the relay's own write path. A bad line is counted and reported with its number and
 // never stops the import. Reading, verifying and writing overlap: while one batch is written, the
-// next is read and verified.
+// next ones are read and verified.
 import { createInterface } from 'node:readline';
 import type { Readable } from 'node:stream';
 import type pg from 'pg';
@@ -48,6 +48,9 @@ interface Candidate {
 
 const nowSeconds = () => Math.floor(Date.now() / 1000);
 
+/** Batches read and sent for verification ahead of the one being written. */
+const AHEAD = 3;
+
 /** Parses and checks one line; returns the event, or the reason it is refused. */
 function checkLine(text: string, limits: Limits): { event: NostrEvent } | { reason: string } {
   let input: unknown;
@@ -69,7 +72,7 @@ export async function importJsonl(pool: pg.Pool, input: Readable, options: Impor
   const counts = emptyCounts();
   const started = Date.now();
   let lines = 0;
-  let bytes = 0;
+  let bytesRead = 0;
   let complete = true;
   const refuse = (line: number, kind: 'invalid' | 'rejected', reason: string) => {
     countReason(counts, kind, reason);
@@ -77,9 +80,11 @@ export async function importJsonl(pool: pg.Pool, input: Readable, options: Impor
   };
   if (options.totalBytes) progress.setTotal(options.totalBytes);
 
-  // One batch is written while the next is read and verified; writes stay in input order.
-  let writing: Promise<void> = Promise.resolve();
-  const flush = async (batch: Candidate[]) => {
+  // Batches go through one chain (await the verdicts, then write), so writes stay in input order;
+  // reading runs up to AHEAD batches in front, so the verifier threads always have work queued.
+  const chain: Array<Promise<void>> = [];
+  let last: Promise<void> = Promise.resolve();
+  const writeInOrder = async (batch: Candidate[]) => {
     const items: ImportItem<number>[] = [];
     for (const c of batch) {
       const invalid = await c.verdict;
@@ -87,11 +92,14 @@ export async function importJsonl(pool: pg.Pool, input: Readable, options: Impor
       else if (isEphemeral(c.event.kind)) refuse(c.line, 'rejected', EPHEMERAL_NOT_STORED);
       else items.push({ prepared: prepareEvent(c.event), ref: c.line });
     }
-    await writing;
-    writing = writeImportBatch(pool, items, counts, (line, reason) => options.onRefused?.(line, reason)).then(() => {
-      progress.update(options.totalBytes ? bytes : counts.accepted + counts.duplicate + counts.invalid + counts.rejected);
-    });
-    writing.catch(() => undefined); // awaited by the next flush or at the end
+    await writeImportBatch(pool, items, counts, (line, reason) => options.onRefused?.(line, reason));
+    progress.update(options.totalBytes ? Math.min(bytesRead, options.totalBytes) : counts.accepted + counts.duplicate + counts.invalid + counts.rejected);
+  };
+  const enqueue = async (batch: Candidate[]) => {
+    last = last.then(() => writeInOrder(batch));
+    last.catch(() => undefined); // surfaced by the await below or at the end
+    chain.push(last);
+    while (chain.length > AHEAD) await chain.shift();
   };
 
   const reader = createInterface({ input, crlfDelay: Infinity });
@@ -100,7 +108,7 @@ export async function importJsonl(pool: pg.Pool, input: Readable, options: Impor
   try {
     for await (const text of reader) {
       lineNo++;
-      bytes += Buffer.byteLength(text) + 1;
+      bytesRead += Buffer.byteLength(text) + 1;
       if (options.signal?.aborted) {
         complete = false;
         break;
@@ -118,15 +126,15 @@ export async function importJsonl(pool: pg.Pool, input: Readable, options: Impor
         : computeEventId(event) === event.id
           ? undefined
           : 'invalid: event id does not match the sha256 of its serialization';
-      if (verdict instanceof Promise) verdict.catch(() => undefined); // awaited in flush
+      if (verdict instanceof Promise) verdict.catch(() => undefined); // awaited in writeInOrder
       batch.push({ line: lineNo, event, verdict });
       if (batch.length >= batchSize) {
-        await flush(batch);
+        await enqueue(batch);
         batch = [];
       }
     }
-    await flush(batch);
-    await writing;
+    await enqueue(batch);
+    await last;
   } finally {
     reader.close();
     progress.stop();

@@ -8,6 +8,7 @@ import type { Config } from '../config.js';
 import type { Logger } from '../log.js';
 import { noticeMessage } from '../nostr/messages.js';
 import { deleteExpiredEvents } from '../store/expiry.js';
+import { startRetention } from '../ops/prune.js';
 import { Connection } from './connection.js';
 import { nowSeconds, type RelayContext } from './context.js';
 import { limitsFrom } from './limits.js';
@@ -93,6 +94,7 @@ export async function startRelay(config: Config, pool: pg.Pool, log: Logger): Pr
     }
   };
   const sweep = setInterval(sweepExpired, config.EXPIRY_SWEEP_SECONDS * 1000);
+  const stopRetention = startRetention(pool, config, log); // RETENTION_* (off unless RETENTION_OLDER_THAN)
 
   await new Promise<void>((resolve, reject) => {
     http.once('error', reject);
@@ -111,6 +113,7 @@ export async function startRelay(config: Config, pool: pg.Pool, log: Logger): Pr
       ctx.closing = true;
       clearInterval(heartbeat);
       clearInterval(sweep);
+      stopRetention();
       const stopped = new Promise<void>((resolve) => http.close(() => resolve()));
       // Every event already being written gets its OK before its socket closes.
       const deadline = new Promise((r) => setTimeout(r, config.SHUTDOWN_TIMEOUT_MS).unref());

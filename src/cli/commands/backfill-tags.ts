@@ -1,0 +1,67 @@
+import { BACKFILL_CHECKPOINT, backfillTags } from '../../ops/backfill-tags.js';
+import { createProgress } from '../../ops/progress.js';
+import type { Command } from '../command.js';
+import { formatCount, formatRate, intOption, openStore, parseOptions, stopOnSignals } from './shared.js';
+
+export const backfillTagsCommand: Command = {
+  name: 'backfill-tags',
+  summary: 'derive event_tags rows from the stored events (resumable, safe while the relay runs)',
+  help: `usage: npm run cli -- backfill-tags [options]
+
+Derives the event_tags rows of the stored events from their tags, with the relay's tag rule
+(single-letter names, first value), in batches of consecutive ids, each one INSERT … SELECT in
+PostgreSQL. Rows already there are kept, so a run only adds what is missing: after a change of the
+tag rule, or after loading raw rows into events. Each batch is a short transaction, so the relay can
+keep serving; it writes the tags of new events itself.
+
+The position is saved after every batch (table ops_checkpoints): after Ctrl-C, a crash or a reboot,
+the same command resumes where it stopped. A completed run clears it.
+
+options:
+  --only-missing     only events that have no event_tags row at all (fast after importing raw
+                     rows; misses events that have some rows but lack others)
+  --restart          ignore a saved checkpoint and start from the first id
+  --batch N          events per batch (default 5000)
+  --concurrency N    batches at once, on separate connections (default 2)
+  --max-batches N    stop after N batches, keeping the checkpoint (a trial run)
+
+examples:
+  npm run cli -- backfill-tags
+  npm run cli -- backfill-tags --only-missing --concurrency 1`,
+  async run(args, { config, log }) {
+    const { values } = parseOptions(args, {
+      'only-missing': { type: 'boolean', default: false },
+      restart: { type: 'boolean', default: false },
+      batch: { type: 'string' },
+      concurrency: { type: 'string' },
+      'max-batches': { type: 'string' },
+    });
+    const batchSize = intOption(values.batch, 'batch', 1, 5000);
+    const concurrency = intOption(values.concurrency, 'concurrency', 1, 2);
+    const maxBatches = values['max-batches'] === undefined ? undefined : intOption(values['max-batches'], 'max-batches', 1, 1);
+    const db = await openStore(config, log);
+    const stop = stopOnSignals(log);
+    try {
+      const result = await backfillTags(db.pool, {
+        batchSize,
+        concurrency,
+        maxBatches,
+        onlyMissing: values['only-missing'],
+        restart: values.restart,
+        signal: stop.signal,
+        progress: createProgress('backfill-tags', { unit: 'events', log }),
+        log,
+      });
+      if (result.resumedAfter) console.log(`resumed after id ${result.resumedAfter}`);
+      console.log(`this run: ${formatRate(result.eventsThisRun, result.seconds)}`);
+      console.log(`events:   ${formatCount(result.events)}${result.resumedAfter ? ' (with the earlier runs)' : ''}`);
+      console.log(`tag rows: ${formatCount(result.tagRows)} added`);
+      if (!result.complete) console.log(`stopped early: run again to resume (checkpoint "${BACKFILL_CHECKPOINT}")`);
+      else console.log('complete');
+      return 0;
+    } finally {
+      stop.dispose();
+      await db.close();
+    }
+  },
+};

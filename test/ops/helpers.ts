@@ -1,0 +1,61 @@
+// Helpers for the operator-command tests: a migrated store on its own database, events with correct
+// ids but unchecked signatures (for tests where signatures are not the subject), and row snapshots.
+import { randomBytes } from 'node:crypto';
+import type pg from 'pg';
+import { parseConfig, type Config } from '../../src/config.js';
+import { createLogger } from '../../src/log.js';
+import { computeEventId, type NostrEvent } from '../../src/nostr/event.js';
+import { openDatabase, type Database } from '../../src/store/database.js';
+import { prepareEvent, writeBatch } from '../../src/store/write.js';
+import { createTestDatabase } from '../support/database.js';
+
+export const silentLog = createLogger('silent');
+
+export function testConfig(env: Record<string, string> = {}): Config {
+  return parseConfig({ LOG_LEVEL: 'silent', ...env });
+}
+
+/** A fresh, migrated database. */
+export async function openTestStore(env: Record<string, string> = {}): Promise<Database> {
+  const url = await createTestDatabase();
+  return openDatabase(testConfig({ ...env, DATABASE_URL: url }), silentLog);
+}
+
+const fakePubkey = randomBytes(32).toString('hex');
+
+/** An event whose id is right and whose signature is random bytes (stores never re-check it). */
+export function unsignedEvent(t: Partial<Omit<NostrEvent, 'id' | 'sig'>> = {}): NostrEvent {
+  const base = {
+    pubkey: t.pubkey ?? fakePubkey,
+    created_at: t.created_at ?? 1_700_000_000,
+    kind: t.kind ?? 1,
+    tags: t.tags ?? [],
+    content: t.content ?? '',
+  };
+  return { id: computeEventId(base), ...base, sig: randomBytes(64).toString('hex') };
+}
+
+export async function store(pool: pg.Pool, events: NostrEvent[]): Promise<void> {
+  const results = await writeBatch(pool, events.map(prepareEvent));
+  const refused = results.filter((r) => r.status !== 'stored');
+  if (refused.length) throw new Error(`setup: ${refused.length} events not stored: ${JSON.stringify(refused[0])}`);
+}
+
+/** Every event_tags row, sorted, as comparable strings. */
+export async function tagRows(pool: pg.Pool): Promise<string[]> {
+  const { rows } = await pool.query<{ row: string }>(
+    `SELECT encode(event_id, 'hex') || ' ' || name || ' ' || kind || ' ' || created_at || ' ' || value AS row FROM event_tags`,
+  );
+  return rows.map((r) => r.row).sort();
+}
+
+/** Every stored event's raw JSON, sorted. */
+export async function storedRaw(pool: pg.Pool): Promise<string[]> {
+  const { rows } = await pool.query<{ raw: string }>('SELECT raw FROM events');
+  return rows.map((r) => r.raw).sort();
+}
+
+export async function storedIds(pool: pg.Pool): Promise<Set<string>> {
+  const { rows } = await pool.query<{ id: string }>("SELECT encode(id, 'hex') AS id FROM events");
+  return new Set(rows.map((r) => r.id));
+}
