@@ -40,6 +40,12 @@ interface Row {
   baselineRows?: number;
 }
 
+/** baseline ÷ ours: "×153", "×2.4", or "×0.31" when ours is slower. */
+function speedup(baseline: number, ours: number): string {
+  const r = baseline / ours;
+  return '×' + (r >= 10 ? r.toFixed(0) : r >= 1 ? r.toFixed(1) : r.toFixed(2));
+}
+
 function connect(url: string): Promise<WebSocket> {
   return new Promise((resolve, reject) => {
     const ws = new WebSocket(url);
@@ -148,7 +154,7 @@ async function main(): Promise<void> {
       results.push(row);
       const b = row.baseline;
       say(`${shape.name.padEnd(16)} rows ${String(rows).padStart(4)}  ours p50 ${ms(row.ours.p50)} p95 ${ms(row.ours.p95)} p99 ${ms(row.ours.p99)} ms` +
-        (b ? `  |  @> p50 ${ms(b.p50)} p95 ${ms(b.p95)} ms  (×${(b.p50 / row.ours.p50).toFixed(0)})` : ''));
+        (b ? `  |  @> p50 ${ms(b.p50)} p95 ${ms(b.p95)} ms  (${speedup(b.p50, row.ours.p50)})` : ''));
     }
     ws.close();
     if (!values['no-baseline'] && !values['keep-baseline']) await dropBaseline(basePool);
@@ -159,7 +165,7 @@ async function main(): Promise<void> {
       '| shape | rows | ours p50 | ours p95 | ours p99 | @> p50 | @> p95 | @> p99 | speed-up (p50) |',
       '|---|---:|---:|---:|---:|---:|---:|---:|---:|',
       ...results.map((r) =>
-        `| ${r.shape} | ${r.rows} | ${ms(r.ours.p50)} | ${ms(r.ours.p95)} | ${ms(r.ours.p99)} | ${ms(r.baseline?.p50 ?? NaN)} | ${ms(r.baseline?.p95 ?? NaN)} | ${ms(r.baseline?.p99 ?? NaN)} | ${r.baseline ? '×' + (r.baseline.p50 / r.ours.p50).toFixed(0) : '–'} |`),
+        `| ${r.shape} | ${r.rows} | ${ms(r.ours.p50)} | ${ms(r.ours.p95)} | ${ms(r.ours.p99)} | ${ms(r.baseline?.p50 ?? NaN)} | ${ms(r.baseline?.p95 ?? NaN)} | ${ms(r.baseline?.p99 ?? NaN)} | ${r.baseline ? speedup(r.baseline.p50, r.ours.p50) : '–'} |`),
       '',
       'Times in milliseconds.',
     ].join('\n');

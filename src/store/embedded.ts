@@ -8,7 +8,7 @@ import { randomBytes } from 'node:crypto';
 import { chown, mkdir, readFile, rm, writeFile, appendFile } from 'node:fs/promises';
 import { existsSync } from 'node:fs';
 import { createServer } from 'node:net';
-import { arch, platform, userInfo } from 'node:os';
+import { arch, platform, totalmem, userInfo } from 'node:os';
 import path from 'node:path';
 import type { Logger } from '../log.js';
 
@@ -77,7 +77,6 @@ const SERVER_SETTINGS = `
 listen_addresses = '127.0.0.1'
 unix_socket_directories = ''
 max_connections = 200
-shared_buffers = 256MB
 work_mem = 16MB
 maintenance_work_mem = 256MB
 max_wal_size = 4GB
@@ -131,7 +130,10 @@ export async function startEmbeddedPostgres(dataDirSetting: string, portSetting:
     if (owner) log.warn({ pgdata, port }, 'adopting an embedded PostgreSQL left running by an earlier process');
   } else {
     const logFile = path.join(dataDir, 'postgres.log');
-    await run(bin.pg_ctl, ['start', '-D', pgdata, '-l', logFile, '-w', '-t', '120', '-o', `-p ${port}`], runAs);
+    // An eighth of the machine's memory for PostgreSQL's buffer pool (128 MB to 2 GB): the tag
+    // indexes of a few million events then stay in memory (the default 128 MB does not hold them).
+    const sharedBuffersMb = Math.round(Math.min(2048, Math.max(128, totalmem() / 8 / 2 ** 20)));
+    await run(bin.pg_ctl, ['start', '-D', pgdata, '-l', logFile, '-w', '-t', '120', '-o', `-p ${port} -c shared_buffers=${sharedBuffersMb}MB`], runAs);
     log.info({ pgdata, port }, 'embedded PostgreSQL started');
   }
   const adminUrl = `postgres://postgres:${encodeURIComponent(password)}@127.0.0.1:${port}/postgres`;
