@@ -44,6 +44,7 @@ const schema = z.object({
   VERIFY_THREADS: z.union([z.literal('auto'), int(0, 64)]).default('auto'),
   WRITE_BATCH_SIZE: int(1, 10000).default(500),
   WRITE_QUEUE_MAX: int(1).default(20000),
+  WRITE_CONCURRENCY: int(1, 16).default(1),
   MAX_PENDING_EVENTS: int(1).default(500),
 
   // Connections and maintenance.

@@ -46,7 +46,7 @@ export async function startRelay(config: Config, pool: pg.Pool, log: Logger): Pr
     log,
     subscriptions: new SubscriptionIndex(),
     verifier: new SignatureVerifier(config.VERIFY_THREADS),
-    writer: new EventWriter(pool, log, config.WRITE_BATCH_SIZE, config.WRITE_QUEUE_MAX),
+    writer: new EventWriter(pool, log, config.WRITE_BATCH_SIZE, config.WRITE_QUEUE_MAX, config.WRITE_CONCURRENCY),
     closing: false,
   };
   const info = relayInformation(config, limits);
