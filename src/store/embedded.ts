@@ -130,9 +130,10 @@ export async function startEmbeddedPostgres(dataDirSetting: string, portSetting:
     if (owner) log.warn({ pgdata, port }, 'adopting an embedded PostgreSQL left running by an earlier process');
   } else {
     const logFile = path.join(dataDir, 'postgres.log');
-    // An eighth of the machine's memory for PostgreSQL's buffer pool (128 MB to 2 GB): the tag
-    // indexes of a few million events then stay in memory (the default 128 MB does not hold them).
-    const sharedBuffersMb = Math.round(Math.min(2048, Math.max(128, totalmem() / 8 / 2 ** 20)));
+    // A quarter of the machine's memory for PostgreSQL's buffer pool (128 MB to 8 GB), PostgreSQL's
+    // usual advice: the query indexes of millions of events then stay in memory. Do not count on the
+    // OS page cache: some hosts (VMs with proactive reclaim) empty it, and a REQ then waits on disk.
+    const sharedBuffersMb = Math.round(Math.min(8192, Math.max(128, totalmem() / 4 / 2 ** 20)));
     await run(bin.pg_ctl, ['start', '-D', pgdata, '-l', logFile, '-w', '-t', '120', '-o', `-p ${port} -c shared_buffers=${sharedBuffersMb}MB`], runAs);
     log.info({ pgdata, port }, 'embedded PostgreSQL started');
   }
