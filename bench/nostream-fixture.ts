@@ -6,6 +6,7 @@ import { parseArgs } from 'node:util';
 import { loadConfig } from '../src/config.js';
 import { createLogger } from '../src/log.js';
 import { openDatabase } from '../src/store/database.js';
+import { nostreamEventsTable } from './lib/nostream-schema.js';
 
 const { values } = parseArgs({ options: { help: { type: 'boolean', default: false } } });
 if (values.help) {
@@ -20,23 +21,7 @@ try {
   await db.pool.query(`
     DROP SCHEMA IF EXISTS nostream CASCADE;
     CREATE SCHEMA nostream;
-    -- nostream's events table (its migrations up to today, plus event_delegator from older ones)
-    CREATE TABLE nostream.events (
-      id                  uuid PRIMARY KEY DEFAULT gen_random_uuid(),
-      event_id            bytea NOT NULL UNIQUE,
-      event_pubkey        bytea NOT NULL,
-      event_kind          integer NOT NULL,
-      event_created_at    integer NOT NULL,
-      event_content       text NOT NULL,
-      event_tags          jsonb,
-      event_signature     bytea NOT NULL,
-      first_seen          timestamp without time zone DEFAULT now(),
-      deleted_at          timestamp without time zone,
-      event_deduplication jsonb,
-      remote_address      text,
-      expires_at          integer,
-      event_delegator     bytea
-    );`);
+    ${nostreamEventsTable('nostream.events')};`);
   const { rowCount } = await db.pool.query(`
     INSERT INTO nostream.events (event_id, event_pubkey, event_kind, event_created_at, event_content, event_tags,
                                  event_signature, first_seen, deleted_at, expires_at, remote_address)

@@ -24,6 +24,12 @@ export type NostrEvent = z.infer<typeof eventSchema>;
 
 export type Checked<T> = { ok: true; value: T } | { ok: false; reason: string };
 
+/** The id a client's EVENT claims, if it is a string: what an OK or a refusal answers to. */
+export function claimedId(input: unknown): string | undefined {
+  const id = (input as { id?: unknown } | null)?.id;
+  return typeof id === 'string' ? id : undefined;
+}
+
 /** Shape check. Extra fields are dropped: the relay stores and serves the seven NIP-01 fields only. */
 export function parseEvent(input: unknown): Checked<NostrEvent> {
   const result = eventSchema.safeParse(input);

@@ -13,7 +13,7 @@ import type { Logger } from '../log.js';
 import type { NostrEvent } from '../nostr/event.js';
 import { indexedTags, MAX_INDEXED_TAG_VALUE_BYTES } from '../nostr/tags.js';
 import { clearCheckpoint, readCheckpoint, saveCheckpoint } from './checkpoint.js';
-import { noProgress, type Progress } from './progress.js';
+import { estimatedEvents, noProgress, type Progress } from './progress.js';
 
 export const BACKFILL_CHECKPOINT = 'backfill-tags';
 
@@ -136,14 +136,6 @@ async function backfillRange(pool: pg.Pool, lo: Buffer, hi: Buffer | null, onlyM
   }
 }
 
-async function estimateEvents(pool: pg.Pool): Promise<number> {
-  const { rows } = await pool.query<{ n: number }>("SELECT reltuples::bigint AS n FROM pg_class WHERE oid = 'events'::regclass");
-  const estimate = Number(rows[0]?.n ?? 0);
-  if (estimate > 0) return estimate;
-  const count = await pool.query<{ n: string }>('SELECT count(*) AS n FROM events');
-  return Number(count.rows[0].n);
-}
-
 /** The upper end of the batch that starts after `lo`: the batchSize-th id, or null for "to the end". */
 async function nextBoundary(pool: pg.Pool, lo: Buffer, batchSize: number): Promise<Buffer | null> {
   const { rows } = await pool.query<{ id: Buffer }>('SELECT id FROM events WHERE id > $1 ORDER BY id OFFSET $2 LIMIT 1', [lo, batchSize - 1]);
@@ -163,7 +155,7 @@ export async function backfillTags(pool: pg.Pool, options: BackfillOptions = {})
   let position: Buffer = Buffer.from(checkpoint?.position ?? '', 'hex');
   if (checkpoint) options.log?.info({ after: checkpoint.position, ...counts }, 'backfill: resuming from checkpoint');
 
-  progress.setTotal(await estimateEvents(pool));
+  progress.setTotal(await estimatedEvents(pool));
   progress.update(counts.events);
 
   // Ranges are cut one after the other and run `concurrency` at a time; the checkpoint only moves

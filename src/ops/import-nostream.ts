@@ -24,7 +24,7 @@ import { prepareEvent } from '../store/write.js';
 import { clearCheckpoint, readCheckpoint, saveCheckpoint } from './checkpoint.js';
 import { countReason, emptyCounts, writeImportBatch, type ImportCounts, type ImportItem } from './import-batch.js';
 import { EPHEMERAL_NOT_STORED } from './import-jsonl.js';
-import { noProgress, type Progress } from './progress.js';
+import { estimatedEvents, noProgress, type Progress } from './progress.js';
 
 export interface NostreamCounts extends ImportCounts {
   /** Rows read from nostream. */
@@ -105,14 +105,6 @@ async function sourceQuery(source: pg.Pool): Promise<string> {
             FROM events WHERE event_id > $1 ORDER BY event_id LIMIT $2`;
 }
 
-async function sourceRows(source: pg.Pool): Promise<number> {
-  const { rows } = await source.query<{ n: string }>("SELECT reltuples::bigint AS n FROM pg_class WHERE oid = to_regclass('events')");
-  const estimate = Number(rows[0]?.n ?? 0);
-  if (estimate > 0) return estimate;
-  const count = await source.query<{ n: string }>('SELECT count(*) AS n FROM events');
-  return Number(count.rows[0].n);
-}
-
 /** The checkpoint key: the source's address without credentials, so each source resumes on its own. */
 export function nostreamCheckpointName(sourceUrl: string): string {
   const u = new URL(sourceUrl);
@@ -135,7 +127,7 @@ export async function importNostream(
   const counts: NostreamCounts = { read: 0, softDeleted: 0, removed: 0, expired: 0, ...emptyCounts(), ...checkpoint?.counts };
   let position: Buffer = Buffer.from(checkpoint?.position ?? '', 'hex');
   if (checkpoint) options.log?.info({ after: checkpoint.position, read: counts.read }, 'import-nostream: resuming from checkpoint');
-  progress.setTotal(await sourceRows(source));
+  progress.setTotal(await estimatedEvents(source));
   progress.update(counts.read);
 
   const read = (after: Buffer) => source.query<SourceRow>(sql, [after, batchSize]).then((r) => r.rows);

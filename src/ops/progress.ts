@@ -2,6 +2,7 @@
 // seconds otherwise (cron, systemd, a pipe), so a run of hours is never silent. Operations report
 // into the `Progress` interface and never know which one they are talking to.
 import cliProgress from 'cli-progress';
+import type pg from 'pg';
 import type { Logger } from '../log.js';
 
 export interface Progress {
@@ -132,4 +133,16 @@ function loggedProgress(label: string, options: ProgressOptions): Progress {
       if (lastLog !== 0) write();
     },
   };
+}
+
+/**
+ * A progress total for `events` (in whichever database `db` is): the planner's estimate, which costs
+ * nothing, or an exact count when the table was never analysed.
+ */
+export async function estimatedEvents(db: pg.Pool): Promise<number> {
+  const { rows } = await db.query<{ n: string }>("SELECT reltuples::bigint AS n FROM pg_class WHERE oid = to_regclass('events')");
+  const estimate = Number(rows[0]?.n ?? 0);
+  if (estimate > 0) return estimate;
+  const count = await db.query<{ n: string }>('SELECT count(*) AS n FROM events');
+  return Number(count.rows[0].n);
 }

@@ -1,5 +1,6 @@
 // One client connection: NIP-01 messages in, replies out. Owns the connection's subscriptions.
 import type { WebSocket } from 'ws';
+import { claimedId } from '../nostr/event.js';
 import { parseFilter, type Filter } from '../nostr/filter.js';
 import {
   closedMessage, countMessage, eoseMessage, eventMessage, noticeMessage, okMessage, parseClientMessage,
@@ -123,19 +124,19 @@ export class Connection {
   private refuseOversized(data: Buffer): void {
     const reason = `invalid: message is larger than ${this.ctx.limits.maxMessageBytes} bytes`;
     const parsed = parseClientMessage(data.toString('utf8'));
-    const id = parsed.ok && parsed.message.type === 'EVENT' ? (parsed.message.event as { id?: unknown })?.id : undefined;
+    const id = parsed.ok && parsed.message.type === 'EVENT' ? claimedId(parsed.message.event) : undefined;
     if (parsed.ok && (parsed.message.type === 'REQ' || parsed.message.type === 'COUNT'))
       return this.send(closedMessage(parsed.message.subId, reason));
-    if (typeof id === 'string') return this.send(okMessage(id, false, reason));
+    if (id !== undefined) return this.send(okMessage(id, false, reason));
     this.send(noticeMessage(reason));
   }
 
   private async onEvent(input: unknown): Promise<void> {
     // Backpressure: a publisher may have only so many events awaiting their OK.
     if (this.pendingEvents >= this.ctx.limits.maxPendingEvents) {
-      const id = (input as { id?: unknown } | null)?.id;
+      const id = claimedId(input);
       const reason = `rate-limited: more than ${this.ctx.limits.maxPendingEvents} events awaiting OK on this connection`;
-      return this.send(typeof id === 'string' ? okMessage(id, false, reason) : noticeMessage(reason));
+      return this.send(id !== undefined ? okMessage(id, false, reason) : noticeMessage(reason));
     }
     this.pendingEvents++;
     let result;

@@ -1,6 +1,6 @@
 // The EVENT path: shape → policy → id and signature (worker pool) → group-committed write (or, for
 // ephemeral kinds, nothing) → the reply. Fan-out is the caller's next step, after it has sent OK.
-import { parseEvent } from '../nostr/event.js';
+import { claimedId, parseEvent } from '../nostr/event.js';
 import { isEphemeral } from '../nostr/kinds.js';
 import { prepareEvent, type PreparedEvent } from '../store/write.js';
 import { WriterBusyError } from '../store/writer.js';
@@ -15,14 +15,9 @@ export interface IngestResult {
   publish?: PreparedEvent;
 }
 
-function idOf(input: unknown): string {
-  const id = (input as { id?: unknown } | null)?.id;
-  return typeof id === 'string' ? id : '';
-}
-
 export async function ingestEvent(ctx: RelayContext, input: unknown): Promise<IngestResult> {
   const parsed = parseEvent(input);
-  if (!parsed.ok) return { id: idOf(input), accepted: false, reason: parsed.reason };
+  if (!parsed.ok) return { id: claimedId(input) ?? '', accepted: false, reason: parsed.reason };
   const event = parsed.value;
   const refuse = (reason: string): IngestResult => ({ id: event.id, accepted: false, reason });
   // Policy first: it is cheap, and spares the signature check for events we refuse anyway.

@@ -2,6 +2,7 @@
 // decide each event's outcome and the rows to insert and delete. The outcome is exactly what writing
 // the events one by one, in arrival order, would give (NIP-01 replacement, NIP-09 deletion, duplicates),
 // so batching is invisible to clients.
+import { HEX64 } from '../nostr/event.js';
 import { KIND_DELETION, kindClass } from '../nostr/kinds.js';
 import type { PreparedEvent, WriteResult } from './write.js';
 
@@ -41,7 +42,7 @@ export function deletionTargets(p: PreparedEvent): DeletionRequest {
   const ids: string[] = [];
   const addresses: Array<{ kind: number; d: string }> = [];
   for (const [name, value] of p.tags) {
-    if (name === 'e' && /^[0-9a-f]{64}$/.test(value)) ids.push(value);
+    if (name === 'e' && HEX64.test(value)) ids.push(value);
     if (name === 'a') {
       const m = /^(\d{1,5}):([0-9a-f]{64}):(.*)$/s.exec(value);
       if (!m || m[2] !== p.event.pubkey) continue;

@@ -140,8 +140,13 @@ function filterQuery(f: Filter, add: Add, now: number, expired: string): string 
  */
 export const expiredIdsSql = 'SELECT id FROM events WHERE expires_at IS NOT NULL AND expires_at <= $1';
 
+/** The filters that need a stored query: limit 0 means live only, and some filters can match nothing. */
+export function storedQueryFilters(filters: Filter[]): Filter[] {
+  return filters.filter((f) => f.limit > 0 && !matchesNothing(f));
+}
+
 export function needsExpiredIds(filters: Filter[]): boolean {
-  return filters.some((f) => f.limit > 0 && !matchesNothing(f) && isTagLed(f));
+  return storedQueryFilters(filters).some(isTagLed);
 }
 
 /**
@@ -150,7 +155,7 @@ export function needsExpiredIds(filters: Filter[]): boolean {
  * Rows: id (bytea), raw (text).
  */
 export function reqToSql(filters: Filter[], now: number, expiredIds: Buffer[] = []): SqlQuery | undefined {
-  const wanted = filters.filter((f) => f.limit > 0 && !matchesNothing(f));
+  const wanted = storedQueryFilters(filters);
   if (wanted.length === 0) return undefined;
   const { values, add } = parameters();
   const expired = wanted.some(isTagLed) ? add(expiredIds, '::bytea[]') : '';

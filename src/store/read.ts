@@ -3,7 +3,7 @@
 import type pg from 'pg';
 import Cursor from 'pg-cursor';
 import type { Filter } from '../nostr/filter.js';
-import { countToSql, expiredIdsSql, needsExpiredIds, reqToSql } from './query.js';
+import { countToSql, expiredIdsSql, needsExpiredIds, reqToSql, storedQueryFilters } from './query.js';
 
 export interface StoredRow {
   id: string; // hex
@@ -22,7 +22,7 @@ export async function streamEvents(
   now: number,
   onRows: (rows: StoredRow[]) => boolean | Promise<boolean>,
 ): Promise<void> {
-  if (!reqToSql(filters, now)) return;
+  if (storedQueryFilters(filters).length === 0) return;
   const client = await pool.connect();
   let cursor: Cursor<{ id: Buffer; raw: string }> | undefined;
   let broken = false;

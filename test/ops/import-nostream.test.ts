@@ -11,26 +11,10 @@ import { SignatureVerifier } from '../../src/relay/verifier.js';
 import type { Database } from '../../src/store/database.js';
 import { createTestDatabase } from '../support/database.js';
 import { newSigner, now } from '../support/keys.js';
+import { nostreamEventsTable } from '../../bench/lib/nostream-schema.js';
 import { openTestStore, storedRaw, store, tagRows, testConfig } from './helpers.js';
 
-// nostream's events table (its migrations up to today; event_delegator from older versions).
-const NOSTREAM_SCHEMA = `
-  CREATE TABLE events (
-    id                  uuid PRIMARY KEY DEFAULT gen_random_uuid(),
-    event_id            bytea NOT NULL UNIQUE,
-    event_pubkey        bytea NOT NULL,
-    event_kind          integer NOT NULL,
-    event_created_at    integer NOT NULL,
-    event_content       text NOT NULL,
-    event_tags          jsonb,
-    event_signature     bytea NOT NULL,
-    first_seen          timestamp without time zone DEFAULT now(),
-    deleted_at          timestamp without time zone,
-    event_deduplication jsonb,
-    remote_address      text,
-    expires_at          integer,
-    event_delegator     bytea
-  )`;
+const NOSTREAM_SCHEMA = nostreamEventsTable('events');
 
 interface Row {
   event: NostrEvent;
