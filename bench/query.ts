@@ -10,7 +10,7 @@ import { loadConfig } from '../src/config.js';
 import { createLogger } from '../src/log.js';
 import { parseFilter } from '../src/nostr/filter.js';
 import { createPool, openDatabase } from '../src/store/database.js';
-import { reqToSql } from '../src/store/query.js';
+import { readPrelude, reqToSql } from '../src/store/query.js';
 import { baselineSql, createBaseline, dropBaseline } from './lib/jsonb-baseline.js';
 import { loadManifest } from './lib/manifest.js';
 import { startRelayProcess } from './lib/relay-process.js';
@@ -133,7 +133,9 @@ async function main(): Promise<void> {
         if (!p.ok) throw new Error(`${shape.name}: ${p.reason}`);
         return p.value;
       });
-      const ours = reqToSql(parsed, Math.floor(Date.now() / 1000))!;
+      const now = Math.floor(Date.now() / 1000);
+      const prelude = await readPrelude(parsed, now, async (q) => (await pool.query(q.text, q.values)).rows[0]);
+      const ours = reqToSql(parsed, now, prelude)!;
       const plan = await pool.query(`EXPLAIN (ANALYZE, BUFFERS) ${ours.text}`, ours.values);
       await writeFile(path.join(outDir, 'explain', `${shape.name}.ours.txt`), plan.rows.map((r) => r['QUERY PLAN']).join('\n') + '\n');
 

@@ -58,7 +58,7 @@ export async function startRelay(config: Config, pool: pg.Pool, log: Logger): Pr
   const alive = new WeakSet<WebSocket>();
 
   wss.on('connection', (ws, req) => {
-    const connection = new Connection(ws, ctx, remoteAddress(req, config.TRUST_PROXY));
+    const connection = new Connection(ws, ctx, remoteAddress(req, config.TRUST_PROXY), req.socket);
     connections.set(ws, connection);
     alive.add(ws);
     ws.on('pong', () => alive.add(ws));

@@ -11,20 +11,53 @@ import { isAddressable, isReplaceable } from '../nostr/kinds.js';
 export interface SqlQuery {
   text: string;
   values: unknown[];
+  /**
+   * The statement has many branches (some list reached PLAN_REUSE_MIN_VALUES), so planning it costs
+   * more than running it (a 150-branch plan: ~8 ms; a 500-branch one: ~25 ms). Its lists are padded to
+   * a few bucket sizes so other REQs of the same shape share its text, and store/read.ts runs it as a
+   * named statement with a generic plan, built once per connection.
+   */
+  reusePlan: boolean;
+}
+
+/** Lists this long or longer become a reusable statement; shorter ones plan in well under a millisecond. */
+export const PLAN_REUSE_MIN_VALUES = 16;
+
+/**
+ * The list length rounded up to one of four sizes per power of two (16, 20, 24, 28, 32, 40, …, 512,
+ * 640, …): at most 25 % more branches, and a few dozen statement texts for every list length a
+ * filter can have.
+ */
+export function paddedLength(n: number): number {
+  if (n < PLAN_REUSE_MIN_VALUES) return n;
+  const step = 2 ** (Math.floor(Math.log2(n)) - 2);
+  return Math.ceil(n / step) * step;
 }
 
 /** Collects bind parameters and hands back their placeholders. */
 function parameters() {
   const values: unknown[] = [];
+  const state = { reusePlan: false };
   const add = (value: unknown, cast = ''): string => {
     values.push(value);
     return `$${values.length}${cast}`;
   };
-  return { values, add };
+  /**
+   * The values a list expands into branches, padded with NULLs: `column = NULL` is never true, and
+   * the index scan of such a branch ends before it starts.
+   */
+  const branchValues = <T>(list: T[]): (T | null)[] => {
+    if (list.length < PLAN_REUSE_MIN_VALUES) return list;
+    state.reusePlan = true;
+    return [...list, ...Array<null>(paddedLength(list.length) - list.length).fill(null)];
+  };
+  return { values, add, branchValues, state };
 }
-type Add = ReturnType<typeof parameters>['add'];
+type Params = ReturnType<typeof parameters>;
+type Add = Params['add'];
 
 const hex = (s: string) => Buffer.from(s, 'hex');
+const hexOrNull = (s: string | null) => (s === null ? null : hex(s));
 
 /** Conditions on the events row `alias` that every filter shape shares. */
 function eventConditions(f: Filter, add: Add, alias: string, now: number, skip: { authors?: boolean; kinds?: boolean; tag?: TagCondition } = {}): string[] {
@@ -43,22 +76,44 @@ function eventConditions(f: Filter, add: Add, alias: string, now: number, skip: 
   return c;
 }
 
-/** The tag condition to drive a tag-led query: `e`/`p`-like exact ids first, then the fewest values. */
-function drivingTag(tags: TagCondition[]): TagCondition {
+/** Matching rows of a tag condition are counted up to this many: enough to tell a thread from a hashtag. */
+export const TAG_COUNT_CAP = 5000;
+
+/**
+ * What a REQ's SQL depends on besides its filters, read in one round trip first (preludeSql): the
+ * expired events not yet swept, and for filters with several tag letters how many rows each letter's
+ * values match (capped at TAG_COUNT_CAP).
+ */
+export interface Prelude {
+  expiredIds: Buffer[];
+  tagCounts: Map<TagCondition, number>;
+}
+const noPrelude: Prelude = { expiredIds: [], tagCounts: new Map() };
+
+/**
+ * The tag condition to drive a tag-led query: the one matching the fewest rows when they were counted,
+ * else `e`/`a` (event references are narrow), then `d`, then the fewest values.
+ */
+function drivingTag(tags: TagCondition[], counts: Map<TagCondition, number>): TagCondition {
   const rank = (t: TagCondition) => (t.name === 'e' || t.name === 'a' ? 0 : t.name === 'd' ? 1 : 2);
-  return [...tags].sort((a, b) => rank(a) - rank(b) || a.values.length - b.values.length)[0];
+  const count = (t: TagCondition) => counts.get(t) ?? TAG_COUNT_CAP;
+  return [...tags].sort((a, b) => count(a) - count(b) || rank(a) - rank(b) || a.values.length - b.values.length)[0];
 }
 
 /**
  * Tag-led: one event_tags index range per value, each already in (created_at, event_id) order and cut
  * at `limit`; PostgreSQL merges them (Merge Append) and stops after `limit` rows. Every condition sits
  * inside the branch, before its LIMIT, so nothing filtered out later can take a result slot. Expired
- * events not yet swept are excluded by id (`expired`: see expiredIdsSql), which keeps each branch an
+ * events not yet swept are excluded by id (`expired`: see preludeSql), which keeps each branch an
  * index-only scan and costs nothing to plan. An event carrying several of the values appears in
  * several branches, adjacent in merge order: DISTINCT ON removes the copies before the outer limit.
  */
-function tagLedQuery(f: Filter, add: Add, now: number, expired: string): string {
-  const tag = drivingTag(f.tags);
+function tagLedQuery(f: Filter, { add, branchValues }: Params, now: number, expired: string, counts: Map<TagCondition, number>): string {
+  const tag = drivingTag(f.tags, counts);
+  // When the driving letter matches few rows, each of them is checked against the other letters by
+  // one index probe. `OFFSET 0` keeps PostgreSQL from turning that check into a hash join, which
+  // reads every row of the other letter's values once per branch (1.6 s for 20 popular #p values).
+  const probe = (counts.get(tag) ?? TAG_COUNT_CAP) < TAG_COUNT_CAP ? ' OFFSET 0' : '';
   const limit = add(f.limit);
   const name = add(tag.name);
   const conditions = [`t.event_id <> ALL(${expired})`];
@@ -68,13 +123,13 @@ function tagLedQuery(f: Filter, add: Add, now: number, expired: string): string 
   for (const other of f.tags) {
     if (other === tag) continue;
     conditions.push(
-      `EXISTS (SELECT 1 FROM event_tags x WHERE x.event_id = t.event_id AND x.name = ${add(other.name)} AND x.value = ANY(${add(other.values, '::text[]')}))`,
+      `EXISTS (SELECT 1 FROM event_tags x WHERE x.event_id = t.event_id AND x.name = ${add(other.name)} AND x.value = ANY(${add(other.values, '::text[]')})${probe})`,
     );
   }
   // Authors live on events: only then does a branch join it.
   const from = f.authors ? `event_tags t JOIN events a ON a.id = t.event_id AND a.pubkey = ANY(${add(f.authors.map(hex), '::bytea[]')})` : 'event_tags t';
   const where = conditions.join(' AND ');
-  const branches = tag.values.map(
+  const branches = branchValues(tag.values).map(
     (v) => `(SELECT t.created_at, t.event_id FROM ${from} WHERE t.name = ${name} AND t.value = ${add(v)} AND ${where} ORDER BY t.created_at DESC, t.event_id LIMIT ${limit})`,
   );
   // The expiry check on the join is a safety net for an event that expired after the list was read.
@@ -95,13 +150,13 @@ function mergedBranches(branches: string[], limit: string): string {
  * kind is replaceable or addressable, one branch per (author, kind) on the replacement key instead:
  * a profile lookup then reads one row per author rather than walking the author's whole history.
  */
-function authorLedQuery(f: Filter, add: Add, now: number): string {
+function authorLedQuery(f: Filter, { add, branchValues }: Params, now: number): string {
   const limit = add(f.limit);
   const perKind = f.kinds !== undefined && f.kinds.every((k) => isReplaceable(k) || isAddressable(k));
   const shared = eventConditions(f, add, 'events', now, { authors: true, kinds: perKind }).join(' AND ');
   const branches: string[] = [];
-  for (const author of f.authors!) {
-    const a = add(hex(author));
+  for (const author of branchValues(f.authors!)) {
+    const a = add(hexOrNull(author));
     // `d_tag IS NOT NULL` (true for these kinds) lets the planner use the partial unique index.
     if (perKind)
       for (const kind of f.kinds!)
@@ -112,10 +167,10 @@ function authorLedQuery(f: Filter, add: Add, now: number): string {
 }
 
 /** Kind-led: one branch per kind on events_kind_time. */
-function kindLedQuery(f: Filter, add: Add, now: number): string {
+function kindLedQuery(f: Filter, { add, branchValues }: Params, now: number): string {
   const limit = add(f.limit);
   const shared = eventConditions(f, add, 'events', now, { kinds: true }).join(' AND ');
-  return mergedBranches(f.kinds!.map((k) => `SELECT id, created_at, raw FROM events WHERE kind = ${add(k)} AND ${shared}`), limit);
+  return mergedBranches(branchValues(f.kinds!).map((k) => `SELECT id, created_at, raw FROM events WHERE kind = ${add(k)} AND ${shared}`), limit);
 }
 
 /** ids, or nothing selective: a plain scan of the primary key or of events_time. */
@@ -126,27 +181,46 @@ function plainQuery(f: Filter, add: Add, now: number): string {
 
 const isTagLed = (f: Filter) => !f.ids && f.tags.length > 0;
 
-function filterQuery(f: Filter, add: Add, now: number, expired: string): string {
-  if (f.ids) return plainQuery(f, add, now);
-  if (isTagLed(f)) return tagLedQuery(f, add, now, expired);
-  if (f.authors) return authorLedQuery(f, add, now);
-  if (f.kinds) return kindLedQuery(f, add, now);
-  return plainQuery(f, add, now);
+function filterQuery(f: Filter, params: Params, now: number, expired: string, counts: Map<TagCondition, number>): string {
+  if (f.ids) return plainQuery(f, params.add, now);
+  if (isTagLed(f)) return tagLedQuery(f, params, now, expired, counts);
+  if (f.authors) return authorLedQuery(f, params, now);
+  if (f.kinds) return kindLedQuery(f, params, now);
+  return plainQuery(f, params.add, now);
 }
-
-/**
- * The expired events still stored: the sweep deletes them every EXPIRY_SWEEP_SECONDS, so this list is
- * short (usually empty). Read it first (`$1` = now) and pass it to reqToSql when needsExpiredIds.
- */
-export const expiredIdsSql = 'SELECT id FROM events WHERE expires_at IS NOT NULL AND expires_at <= $1';
 
 /** The filters that need a stored query: limit 0 means live only, and some filters can match nothing. */
 export function storedQueryFilters(filters: Filter[]): Filter[] {
   return filters.filter((f) => f.limit > 0 && !matchesNothing(f));
 }
 
-export function needsExpiredIds(filters: Filter[]): boolean {
-  return storedQueryFilters(filters).some(isTagLed);
+/**
+ * The prelude a REQ needs, or undefined when it has no tag-led filter. Expired events not yet swept
+ * are few (the sweep deletes them every EXPIRY_SWEEP_SECONDS); tag-led branches exclude them by id,
+ * which keeps each branch an index-only scan. Row: expired (bytea[]), counts (int[] in `counted` order).
+ */
+export function preludeSql(filters: Filter[], now: number): (SqlQuery & { counted: TagCondition[] }) | undefined {
+  const tagLed = storedQueryFilters(filters).filter(isTagLed);
+  if (tagLed.length === 0) return undefined;
+  const { values, add } = parameters();
+  const expired = `ARRAY(SELECT id FROM events WHERE expires_at IS NOT NULL AND expires_at <= ${add(now)})`;
+  const counted = tagLed.flatMap((f) => (f.tags.length > 1 ? f.tags : []));
+  const counts = counted.map(
+    (t) => `(SELECT count(*) FROM (SELECT 1 FROM event_tags WHERE name = ${add(t.name)} AND value = ANY(${add(t.values, '::text[]')}) LIMIT ${TAG_COUNT_CAP}) c)`,
+  );
+  return { text: `SELECT ${expired} AS expired, ARRAY[${counts.join(', ')}]::int[] AS counts`, values, reusePlan: false, counted };
+}
+
+/** Reads the prelude (see preludeSql) through `query`. */
+export async function readPrelude(
+  filters: Filter[],
+  now: number,
+  query: (sql: SqlQuery) => Promise<{ expired: Buffer[]; counts: number[] }>,
+): Promise<Prelude> {
+  const sql = preludeSql(filters, now);
+  if (!sql) return noPrelude;
+  const row = await query(sql);
+  return { expiredIds: row.expired, tagCounts: new Map(sql.counted.map((t, i) => [t, row.counts[i]])) };
 }
 
 /**
@@ -154,17 +228,17 @@ export function needsExpiredIds(filters: Filter[]): boolean {
  * ordered newest first, ties by lowest id. Returns undefined when no filter can match anything.
  * Rows: id (bytea), raw (text).
  */
-export function reqToSql(filters: Filter[], now: number, expiredIds: Buffer[] = []): SqlQuery | undefined {
+export function reqToSql(filters: Filter[], now: number, prelude: Prelude = noPrelude): SqlQuery | undefined {
   const wanted = storedQueryFilters(filters);
   if (wanted.length === 0) return undefined;
-  const { values, add } = parameters();
-  const expired = wanted.some(isTagLed) ? add(expiredIds, '::bytea[]') : '';
-  if (wanted.length === 1) return { text: filterQuery(wanted[0], add, now, expired), values };
-  const parts = wanted.map((f) => `(${filterQuery(f, add, now, expired)})`);
-  return {
-    text: `SELECT DISTINCT ON (created_at, id) id, created_at, raw FROM (${parts.join(' UNION ALL ')}) u ORDER BY created_at DESC, id`,
-    values,
-  };
+  const params = parameters();
+  const expired = wanted.some(isTagLed) ? params.add(prelude.expiredIds, '::bytea[]') : '';
+  const parts = wanted.map((f) => filterQuery(f, params, now, expired, prelude.tagCounts));
+  const text =
+    parts.length === 1
+      ? parts[0]
+      : `SELECT DISTINCT ON (created_at, id) id, created_at, raw FROM (${parts.map((p) => `(${p})`).join(' UNION ALL ')}) u ORDER BY created_at DESC, id`;
+  return { text, values: params.values, reusePlan: params.state.reusePlan };
 }
 
 /** NIP-45: one count over the union of the filters (limit ignored), each event counted once. */
@@ -173,5 +247,5 @@ export function countToSql(filters: Filter[], now: number): SqlQuery | undefined
   if (matching.length === 0) return undefined;
   const { values, add } = parameters();
   const parts = matching.map((f) => `SELECT e.id FROM events e WHERE ${eventConditions(f, add, 'e', now).join(' AND ')}`);
-  return { text: `SELECT count(*)::bigint AS count FROM (${parts.join(' UNION ')}) u`, values };
+  return { text: `SELECT count(*)::bigint AS count FROM (${parts.join(' UNION ')}) u`, values, reusePlan: false };
 }

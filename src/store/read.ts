@@ -3,7 +3,8 @@
 import type pg from 'pg';
 import Cursor from 'pg-cursor';
 import type { Filter } from '../nostr/filter.js';
-import { countToSql, expiredIdsSql, needsExpiredIds, reqToSql, storedQueryFilters } from './query.js';
+import { namedCursor } from './prepared-cursor.js';
+import { countToSql, readPrelude, reqToSql, storedQueryFilters } from './query.js';
 
 export interface StoredRow {
   id: string; // hex
@@ -26,10 +27,16 @@ export async function streamEvents(
   const client = await pool.connect();
   let cursor: Cursor<{ id: Buffer; raw: string }> | undefined;
   let broken = false;
+  let genericPlans = false;
   try {
-    const expired = needsExpiredIds(filters) ? (await client.query<{ id: Buffer }>(expiredIdsSql, [now])).rows.map((r) => r.id) : [];
-    const sql = reqToSql(filters, now, expired)!;
-    cursor = client.query(new Cursor<{ id: Buffer; raw: string }>(sql.text, sql.values));
+    const prelude = await readPrelude(filters, now, async (q) => (await client.query(q.text, q.values)).rows[0]);
+    const sql = reqToSql(filters, now, prelude)!;
+    if (sql.reusePlan) {
+      // Only for this statement: the pool's other queries keep custom plans.
+      genericPlans = true;
+      await client.query('SET plan_cache_mode = force_generic_plan');
+      cursor = await namedCursor(client, sql.text, sql.values);
+    } else cursor = client.query(new Cursor<{ id: Buffer; raw: string }>(sql.text, sql.values));
     for (;;) {
       const rows = await cursor.read(BATCH_ROWS);
       if (rows.length === 0) break;
@@ -41,6 +48,7 @@ export async function streamEvents(
     throw err;
   } finally {
     await cursor?.close().catch(() => undefined);
+    if (genericPlans && !broken) await client.query('RESET plan_cache_mode').catch(() => (broken = true));
     client.release(broken ? true : undefined);
   }
 }

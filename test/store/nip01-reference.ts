@@ -217,3 +217,22 @@ export function filterArb(idPool: string[]): fc.Arbitrary<RawFilter> {
 }
 
 export const filtersArb = (idPool: string[]) => fc.array(filterArb(idPool), { minLength: 1, maxLength: 3 });
+
+/**
+ * The same filters with every non-empty list (but ids) grown to `n` ≥ PLAN_REUSE_MIN_VALUES entries by
+ * values nothing stored has, so the store answers them with padded, named, generically planned SQL.
+ */
+export const longListFiltersArb = (idPool: string[]) =>
+  fc.tuple(filtersArb(idPool), fc.integer({ min: 16, max: 40 })).map(([filters, n]) => filters.map((f) => lengthen(f, n)));
+
+function lengthen(f: RawFilter, n: number): RawFilter {
+  const out: Record<string, unknown> = { ...f };
+  for (const [key, list] of Object.entries(f)) {
+    if (!Array.isArray(list) || list.length === 0 || key === 'ids') continue;
+    // Absent kinds of the same class, so a replaceable-only kinds list stays replaceable-only.
+    const replaceableOnly = key === 'kinds' && (list as number[]).every((k) => REPLACEABLE_KINDS.includes(k));
+    const fill = Array.from({ length: n - list.length }, (_, i) => (key !== 'kinds' ? hexOf(`absent ${i}`) : replaceableOnly ? 10100 + i : 40000 + i));
+    out[key] = [...list, ...fill];
+  }
+  return out as RawFilter;
+}

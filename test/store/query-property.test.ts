@@ -9,7 +9,7 @@ import { matchFilter, type FilterLimits } from '../../src/nostr/filter.js';
 import { openDatabase, type Database } from '../../src/store/database.js';
 import { createTestDatabase } from '../support/database.js';
 import {
-  BASE_TIME, eventArb, eventsArb, expirationsAround, filterArb, filtersArb, insertAll, parseAll, referenceCount, referenceMatch, referenceReq,
+  BASE_TIME, eventArb, eventsArb, expirationsAround, filterArb, filtersArb, insertAll, longListFiltersArb, parseAll, referenceCount, referenceMatch, referenceReq,
   referenceStored, storeCount, storeReq, type RawFilter,
 } from './nip01-reference.js';
 
@@ -51,6 +51,16 @@ describe('on 3000 stored events', () => {
         expect(answer).toEqual(expected);
       }),
       { numRuns: 500 },
+    );
+  });
+
+  it('answers REQ with long value lists the same way (padded, named statements, generic plans)', async () => {
+    await fc.assert(
+      fc.asyncProperty(longListFiltersArb(idPool), async (filters) => {
+        const answer = await storeReq(db.pool, filters, NOW, LIMITS);
+        expect(ids(answer)).toEqual(ids(referenceReq(filters, stored, NOW, LIMITS)));
+      }),
+      { numRuns: 200 },
     );
   });
 
