@@ -2,13 +2,14 @@
 // events/s, OK latency, relay CPU, peak RSS and the writer's batch size; batched and unbatched
 // (one transaction per event) side by side. See --help.
 import { mkdtemp, readFile, rm, writeFile, mkdir } from 'node:fs/promises';
-import { existsSync, readdirSync, readFileSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import os, { tmpdir } from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 import * as secp from 'tiny-secp256k1';
 import WebSocket from 'ws';
 import { computeEventId, type NostrEvent } from '../src/nostr/event.js';
+import { cpuSeconds, mainThreadCpuSeconds, postgresPids } from './load/system.js';
 import { prng } from './lib/random.js';
 import { startRelayProcess, type RelayProcess } from './lib/relay-process.js';
 import { ms, summarize, type Summary } from './lib/stats.js';
@@ -38,6 +39,7 @@ interface RunResult {
   eventsPerSecond: number;
   ok: Summary;
   relayCpuPercent: number;
+  mainThreadCpuPercent: number;
   postgresCpuPercent: number;
   peakRssMb: number;
   meanBatch: number;
@@ -70,37 +72,6 @@ async function loadOrSign(outDir: string, count: number, size: number, publisher
   const events = signEvents(count, size, publishers);
   await writeFile(file, events.map((e) => JSON.stringify(e)).join('\n') + '\n');
   return events;
-}
-
-/** CPU seconds used so far by a process (utime + stime from /proc). */
-function cpuSeconds(pid: number): number {
-  try {
-    const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1].split(' ');
-    return (Number(fields[11]) + Number(fields[12])) / 100;
-  } catch {
-    return 0;
-  }
-}
-
-const readdirSyncSafe = (dir: string) => {
-  try {
-    return readdirSync(dir);
-  } catch {
-    return [];
-  }
-};
-
-function postgresPids(): number[] {
-  const pids: number[] = [];
-  for (const entry of readdirSyncSafe('/proc')) {
-    if (!/^\d+$/.test(entry)) continue;
-    try {
-      if (readFileSync(`/proc/${entry}/comm`, 'utf8').trim() === 'postgres') pids.push(Number(entry));
-    } catch {
-      /* gone */
-    }
-  }
-  return pids;
 }
 
 function peakRssMb(pid: number): number {
@@ -168,18 +139,21 @@ async function publish(relay: RelayProcess, events: NostrEvent[], publishers: nu
 async function runMode(mode: string, events: NostrEvent[], o: { publishers: number; window: number; rate?: number; url?: string }): Promise<RunResult> {
   if (o.url) {
     const r = await publish({ url: o.url } as RelayProcess, events, o.publishers, o.window, o.rate);
-    return { mode: 'external', events: events.length, accepted: r.accepted, refused: r.refused, seconds: r.seconds, eventsPerSecond: r.accepted / r.seconds, ok: r.ok, relayCpuPercent: NaN, postgresCpuPercent: NaN, peakRssMb: NaN, meanBatch: NaN };
+    return { mode: 'external', events: events.length, accepted: r.accepted, refused: r.refused, seconds: r.seconds, eventsPerSecond: r.accepted / r.seconds, ok: r.ok, relayCpuPercent: NaN, mainThreadCpuPercent: NaN, postgresCpuPercent: NaN, peakRssMb: NaN, meanBatch: NaN };
   }
   const dataDir = await mkdtemp(path.join(tmpdir(), 'pgrelay-ingest-'));
   const relay = await startRelayProcess({ DATA_DIR: dataDir, WRITE_BATCH_SIZE: mode === 'batched' ? '500' : '1', MAX_PENDING_EVENTS: '100000', WRITE_QUEUE_MAX: '100000' });
   try {
-    const cpu0 = cpuSeconds(relay.pid);
-    const pg0 = new Map(postgresPids().map((p) => [p, cpuSeconds(p)]));
+    const cpu = (pid: number) => cpuSeconds(pid) ?? 0;
+    const cpu0 = cpu(relay.pid);
+    const main0 = mainThreadCpuSeconds(relay.pid) ?? 0;
+    const pg0 = new Map(postgresPids(dataDir).map((p) => [p, cpu(p)]));
     const r = await publish(relay, events, o.publishers, o.window, o.rate);
-    const relayCpu = cpuSeconds(relay.pid) - cpu0;
-    // PostgreSQL processes of every cluster on the machine: backends that started during the run
-    // count from zero, those that ended are not counted.
-    const pgCpu = postgresPids().reduce((sum, p) => sum + cpuSeconds(p) - (pg0.get(p) ?? 0), 0);
+    const relayCpu = cpu(relay.pid) - cpu0;
+    const mainCpu = (mainThreadCpuSeconds(relay.pid) ?? NaN) - main0;
+    // This run's PostgreSQL: backends that started during the run count from zero, those that ended
+    // are not counted.
+    const pgCpu = postgresPids(dataDir).reduce((sum, p) => sum + cpu(p) - (pg0.get(p) ?? 0), 0);
     const rss = peakRssMb(relay.pid);
     await relay.stop();
     const stopped = relay.logs.find((l) => l.msg === 'relay stopped') as { writer?: { meanBatch: number } } | undefined;
@@ -192,6 +166,7 @@ async function runMode(mode: string, events: NostrEvent[], o: { publishers: numb
       eventsPerSecond: r.accepted / r.seconds,
       ok: r.ok,
       relayCpuPercent: (relayCpu / r.seconds) * 100,
+      mainThreadCpuPercent: (mainCpu / r.seconds) * 100,
       postgresCpuPercent: (pgCpu / r.seconds) * 100,
       peakRssMb: rss,
       meanBatch: stopped?.writer?.meanBatch ?? NaN,
@@ -201,6 +176,9 @@ async function runMode(mode: string, events: NostrEvent[], o: { publishers: numb
     await rm(dataDir, { recursive: true, force: true });
   }
 }
+
+/** CPU microseconds per accepted event, from a CPU share in percent. */
+const perEvent = (r: RunResult, percent: number) => Math.round((percent / 100 / r.eventsPerSecond) * 1e6);
 
 async function main(): Promise<void> {
   const { values } = parseArgs({
@@ -234,12 +212,12 @@ async function main(): Promise<void> {
   const table = [
     `${os.cpus().length} cores (${os.cpus()[0]?.model ?? 'CPU'}) · ${publishers} publishers · ${values.size}-byte events, id + BIP-340 verified · ${o.rate ? `open loop at ${o.rate} events/s` : `closed loop, ${o.window} in flight per publisher`}`,
     '',
-    '| mode | events | accepted/s | OK p50 | OK p95 | OK p99 | mean batch | relay CPU | PostgreSQL CPU | relay peak RSS | refused |',
-    '|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|',
+    '| mode | events | accepted/s | OK p50 | OK p95 | OK p99 | mean batch | relay CPU (main thread) | relay µs/event (main thread) | PostgreSQL CPU | relay peak RSS | refused |',
+    '|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|',
     ...results.map((r) =>
-      `| ${r.mode} | ${r.events} | ${Math.round(r.eventsPerSecond)} | ${ms(r.ok.p50)} ms | ${ms(r.ok.p95)} ms | ${ms(r.ok.p99)} ms | ${r.meanBatch.toFixed(1)} | ${Math.round(r.relayCpuPercent)} % | ${Math.round(r.postgresCpuPercent)} % | ${Math.round(r.peakRssMb)} MB | ${Object.entries(r.refused).map(([k, v]) => `${k}: ${v}`).join(', ') || '–'} |`),
+      `| ${r.mode} | ${r.events} | ${Math.round(r.eventsPerSecond)} | ${ms(r.ok.p50)} ms | ${ms(r.ok.p95)} ms | ${ms(r.ok.p99)} ms | ${r.meanBatch.toFixed(1)} | ${Math.round(r.relayCpuPercent)} % (${Math.round(r.mainThreadCpuPercent)} %) | ${perEvent(r, r.relayCpuPercent)} (${perEvent(r, r.mainThreadCpuPercent)}) | ${Math.round(r.postgresCpuPercent)} % | ${Math.round(r.peakRssMb)} MB | ${Object.entries(r.refused).map(([k, v]) => `${k}: ${v}`).join(', ') || '–'} |`),
     '',
-    'CPU is the share of one core (200 % = both cores busy).',
+    'CPU is the share of one core (200 % = both cores busy); the relay\'s main thread is in brackets, the rest is mostly the signature workers.',
   ].join('\n');
   await writeFile(path.join(outDir, `results${o.rate ? `-rate${o.rate}` : ''}.md`), table + '\n');
   await writeFile(path.join(outDir, `results${o.rate ? `-rate${o.rate}` : ''}.json`), JSON.stringify(results, null, 2));

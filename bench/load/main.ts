@@ -11,6 +11,7 @@ import { loadConfig } from '../../src/config.js';
 import { createLogger } from '../../src/log.js';
 import { openDatabase, type Database } from '../../src/store/database.js';
 import { loadManifest } from '../lib/manifest.js';
+import { prewarm } from '../lib/prewarm.js';
 import { startRelayProcess, type RelayProcess } from '../lib/relay-process.js';
 import { DEFAULT_QUERY_SHAPES, ensurePublishEvents, fanoutMessages, publishSigners, queryMix, signer } from './data.js';
 import { findK6, k6Version, runK6 } from './k6.js';
@@ -279,6 +280,12 @@ async function runQuery(ctx: Context): Promise<void> {
   ctx.notes.push(`Corpus: ${Number(rows[0].n).toLocaleString('en-US')} events (bench:seed, seed ${manifest.seed}); mix: ${a.shapes.join(', ')} in equal turns, 1,000 pre-drawn REQs.`);
   const env = { QUERY_MIX: mixFile, SHAPES: a.shapes.join(','), DURATION: a.duration };
   const script = path.join(LOAD_DIR, 'query.js');
+  const warmed = await prewarm(db.pool);
+  ctx.notes.push(
+    warmed === undefined
+      ? 'Cache: pg_prewarm unavailable, the first steps may include disk reads.'
+      : `Cache: ${(warmed / 2 ** 30).toFixed(2)} GiB of tables and indexes loaded into PostgreSQL's buffer pool first (pg_prewarm).`,
+  );
   if (seconds(a.warmup) > 0) await step(ctx, 0, script, { ...env, VUS: a.openLoop ? 5 : Math.min(10, a.ladder[0]), DURATION: a.warmup }, 'warmup', false);
   for (const x of a.ladder)
     await step(ctx, x, script, a.openLoop ? { ...env, RATE: x, VUS: a.maxVus } : { ...env, VUS: x }, a.openLoop ? `${x}per-s` : `${x}vus`);

@@ -19,7 +19,7 @@ function clockTicks(): number {
 }
 
 /** Fields of /proc/<pid>/stat after the command name (field 3 onwards, so index 0 = state). */
-function statFields(pid: number | 'self'): string[] | undefined {
+function statFields(pid: number | 'self' | `${number}/task/${number}`): string[] | undefined {
   try {
     const text = readFileSync(`/proc/${pid}/stat`, 'utf8');
     return text.slice(text.lastIndexOf(')') + 2).split(' ');
@@ -31,6 +31,12 @@ function statFields(pid: number | 'self'): string[] | undefined {
 /** User + system CPU seconds of a process. */
 export function cpuSeconds(pid: number): number | undefined {
   const f = statFields(pid);
+  return f ? (Number(f[11]) + Number(f[12])) / clockTicks() : undefined;
+}
+
+/** User + system CPU seconds of a process' main thread (a Node process: its event loop). */
+export function mainThreadCpuSeconds(pid: number): number | undefined {
+  const f = statFields(`${pid}/task/${pid}`);
   return f ? (Number(f[11]) + Number(f[12])) / clockTicks() : undefined;
 }
 
