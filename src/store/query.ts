@@ -149,8 +149,15 @@ function mergedBranches(branches: string[], limit: string): string {
  * Author-led: one branch per author on events_pubkey_time (kinds checked in the index). When every
  * kind is replaceable or addressable, one branch per (author, kind) on the replacement key instead:
  * a profile lookup then reads one row per author rather than walking the author's whole history.
+ * When every kind is replaceable, each (author, kind) has at most one stored row, so a single scan
+ * of the replacement key for all of them and a sort of that handful is cheaper still (300 profiles
+ * at 10M events: 9 ms against 27 ms for 300 branches).
  */
 function authorLedQuery(f: Filter, { add, branchValues }: Params, now: number): string {
+  if (f.kinds?.every(isReplaceable)) {
+    const where = eventConditions(f, add, 'events', now).join(' AND ');
+    return `SELECT id, created_at, raw FROM events WHERE d_tag = '' AND ${where} ORDER BY created_at DESC, id LIMIT ${add(f.limit)}`;
+  }
   const limit = add(f.limit);
   const perKind = f.kinds !== undefined && f.kinds.every((k) => isReplaceable(k) || isAddressable(k));
   const shared = eventConditions(f, add, 'events', now, { authors: true, kinds: perKind }).join(' AND ');
