@@ -5,17 +5,20 @@ import type pg from 'pg';
 
 const READ_BY_REQS = ['events', 'events_pkey', 'events_pubkey_time', 'events_kind_time', 'events_time', 'events_replace_key', 'event_tags_value_time'];
 
-/** Returns the bytes loaded, or undefined when pg_prewarm is unavailable (e.g. no right to create it). */
-export async function prewarm(pool: pg.Pool): Promise<number | undefined> {
+/** Returns the bytes loaded, or the reason pg_prewarm could not run (e.g. no right to create it). */
+export async function prewarm(pool: pg.Pool): Promise<number | string> {
+  const client = await pool.connect();
   try {
-    await pool.query('CREATE EXTENSION IF NOT EXISTS pg_prewarm');
-    const { rows } = await pool.query<{ blocks: string }>(
-      `SELECT sum(pg_prewarm(r))::bigint AS blocks FROM unnest($1::regclass[]) r`,
+    await client.query('SET statement_timeout = 0'); // reading gigabytes takes longer than a REQ may
+    await client.query('CREATE EXTENSION IF NOT EXISTS pg_prewarm');
+    const { rows } = await client.query<{ bytes: string }>(
+      `SELECT (sum(pg_prewarm(r)) * current_setting('block_size')::int)::bigint AS bytes FROM unnest($1::regclass[]) r`,
       [READ_BY_REQS],
     );
-    const { rows: size } = await pool.query<{ bs: string }>('SHOW block_size');
-    return Number(rows[0].blocks) * Number(size[0].bs);
-  } catch {
-    return undefined;
+    return Number(rows[0].bytes);
+  } catch (err) {
+    return (err as Error).message;
+  } finally {
+    client.release(true); // not back into the pool with its timeout changed
   }
 }

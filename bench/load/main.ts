@@ -282,8 +282,8 @@ async function runQuery(ctx: Context): Promise<void> {
   const script = path.join(LOAD_DIR, 'query.js');
   const warmed = await prewarm(db.pool);
   ctx.notes.push(
-    warmed === undefined
-      ? 'Cache: pg_prewarm unavailable, the first steps may include disk reads.'
+    typeof warmed === 'string'
+      ? `Cache: not prewarmed (pg_prewarm: ${warmed}); the first steps may include disk reads.`
       : `Cache: ${(warmed / 2 ** 30).toFixed(2)} GiB of tables and indexes loaded into PostgreSQL's buffer pool first (pg_prewarm).`,
   );
   if (seconds(a.warmup) > 0) await step(ctx, 0, script, { ...env, VUS: a.openLoop ? 5 : Math.min(10, a.ladder[0]), DURATION: a.warmup }, 'warmup', false);
