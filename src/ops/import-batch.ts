@@ -1,9 +1,11 @@
-// The write step shared by the importers: a batch goes through prepareEvent + writeBatch, exactly
-// like live events (replaceable/addressable, NIP-09 deletion, duplicates), and the outcomes are
-// counted. Batches are written strictly in input order, so the order-dependent rules (a deletion
-// and its target, two versions of one address) give what publishing the events one by one would.
+// The write step shared by the importers: batches are written by the bulk path (bulk-load.ts: the
+// relay's locks and rules, rows by COPY), strictly in input order, so the order-dependent rules (a
+// deletion and its target, two versions of one address) give what publishing the events one by one
+// would; and their outcomes are counted.
 import type pg from 'pg';
-import { writeBatch, type PreparedEvent, type WriteResult } from '../store/write.js';
+import { addressOf } from '../store/plan-batch.js';
+import type { PreparedEvent } from '../store/write.js';
+import { BulkWriter, type BulkOptions } from './bulk-load.js';
 
 export interface ImportCounts {
   /** Events stored. */
@@ -34,69 +36,35 @@ export interface ImportItem<Ref> {
   ref: Ref;
 }
 
-const addressOf = (p: PreparedEvent) => (p.dTag === null ? undefined : `${p.event.kind}:${p.event.pubkey}:${p.dTag}`);
+/**
+ * Writes batches in the order they are handed over, two at a time (BulkWriter), and counts their
+ * outcomes. Keep at most two write() calls outstanding, and await them in order.
+ */
+export class ImportWriter {
+  private readonly writer: BulkWriter;
 
-/** The addresses in `items` that already have a stored version: to tell a replacement from a first version. */
-async function storedAddresses(pool: pg.Pool, items: PreparedEvent[]): Promise<Set<string>> {
-  const addressed = items.filter((p) => p.dTag !== null);
-  if (addressed.length === 0) return new Set();
-  const { rows } = await pool.query<{ address: string }>(
-    `SELECT e.kind || ':' || encode(e.pubkey, 'hex') || ':' || e.d_tag AS address
-       FROM events e JOIN unnest($1::bytea[], $2::int[], $3::text[]) AS k(pubkey, kind, d_tag)
-         ON e.pubkey = k.pubkey AND e.kind = k.kind AND e.d_tag = k.d_tag`,
-    [addressed.map((p) => Buffer.from(p.event.pubkey, 'hex')), addressed.map((p) => p.event.kind), addressed.map((p) => p.dTag)],
-  );
-  return new Set(rows.map((r) => r.address));
-}
-
-/** SQLSTATE classes 22 (data exception) and 23 (integrity): caused by some event, not the database. */
-const isDataError = (err: unknown) => /^2[23]/.test(String((err as { code?: string }).code ?? ''));
-
-/** writeBatch, and if one event's data makes PostgreSQL refuse the batch, halves until it is isolated. */
-async function writeSplitting<Ref>(
-  pool: pg.Pool,
-  items: ImportItem<Ref>[],
-  out: Array<WriteResult>,
-): Promise<void> {
-  try {
-    out.push(...(await writeBatch(pool, items.map((i) => i.prepared))));
-  } catch (err) {
-    if (!isDataError(err)) throw err;
-    if (items.length === 1) {
-      out.push({ status: 'rejected', reason: `error: the database refused this event (${(err as Error).message})` });
-      return;
-    }
-    const half = Math.ceil(items.length / 2);
-    await writeSplitting(pool, items.slice(0, half), out);
-    await writeSplitting(pool, items.slice(half), out);
+  constructor(pool: pg.Pool, bulk: BulkOptions) {
+    this.writer = new BulkWriter(pool, bulk);
   }
-}
 
-/** Writes one batch (in order) and adds its outcomes to `counts`; refusals are reported with their ref. */
-export async function writeImportBatch<Ref>(
-  pool: pg.Pool,
-  items: ImportItem<Ref>[],
-  counts: ImportCounts,
-  onRejected?: (ref: Ref, reason: string) => void,
-): Promise<void> {
-  if (items.length === 0) return;
-  const had = await storedAddresses(pool, items.map((i) => i.prepared));
-  const results: WriteResult[] = [];
-  await writeSplitting(pool, items, results);
-  results.forEach((r, i) => {
-    const p = items[i].prepared;
-    if (r.status === 'stored') {
-      counts.accepted++;
-      const address = addressOf(p);
-      if (address !== undefined) {
-        if (had.has(address)) counts.replaced++;
-        had.add(address);
+  /** Resolves once the batch is written, with its outcomes added to `counts`; refusals are reported with their ref. */
+  async write<Ref>(items: ImportItem<Ref>[], counts: ImportCounts, onRejected?: (ref: Ref, reason: string) => void): Promise<void> {
+    const { results, hadVersion } = await this.writer.write(items.map((i) => i.prepared));
+    results.forEach((r, i) => {
+      const p = items[i].prepared;
+      if (r.status === 'stored') {
+        counts.accepted++;
+        const address = addressOf(p);
+        if (address !== undefined) {
+          if (hadVersion.has(address)) counts.replaced++;
+          hadVersion.add(address);
+        }
+      } else if (r.status === 'duplicate') {
+        counts.duplicate++;
+      } else {
+        countReason(counts, 'rejected', r.reason);
+        onRejected?.(items[i].ref, r.reason);
       }
-    } else if (r.status === 'duplicate') {
-      counts.duplicate++;
-    } else {
-      countReason(counts, 'rejected', r.reason);
-      onRejected?.(items[i].ref, r.reason);
-    }
-  });
+    });
+  }
 }

@@ -1,8 +1,8 @@
 // import: events as JSONL (strfry's import/export format: one event JSON per line), checked like an
 // EVENT message (shape, policy, id and signature on the verifier's worker threads) and written in
-// batches through the relay's own write path. A bad line is counted and reported with its number and
-// never stops the import. Reading, verifying and writing overlap: while one batch is written, the
-// next ones are read and verified.
+// batches by the bulk path (bulk-load.ts: the relay's own rules and locks, rows by COPY). A bad line
+// is counted and reported with its number and never stops the import. Reading, verifying and writing
+// overlap: while two batches are written, the next ones are read and verified.
 import { createInterface } from 'node:readline';
 import type { Readable } from 'node:stream';
 import type pg from 'pg';
@@ -12,7 +12,8 @@ import type { Limits } from '../relay/limits.js';
 import { checkEventPolicy } from '../relay/policy.js';
 import type { SignatureVerifier } from '../relay/verifier.js';
 import { prepareEvent } from '../store/write.js';
-import { countReason, emptyCounts, writeImportBatch, type ImportCounts, type ImportItem } from './import-batch.js';
+import { bulkOptions } from './bulk-load.js';
+import { countReason, emptyCounts, ImportWriter, type ImportCounts, type ImportItem } from './import-batch.js';
 import { noProgress, type Progress } from './progress.js';
 
 export const EPHEMERAL_NOT_STORED = 'ephemeral: ephemeral events are not stored';
@@ -48,8 +49,10 @@ interface Candidate {
 
 const nowSeconds = () => Math.floor(Date.now() / 1000);
 
-/** Batches read and sent for verification ahead of the one being written. */
+/** Batches read and sent for verification ahead of the ones being written. */
 const AHEAD = 3;
+/** Batches being written at once (BulkWriter overlaps two). */
+const WRITES_IN_FLIGHT = 2;
 
 /** Parses and checks one line; returns the event, or the reason it is refused. */
 function checkLine(text: string, limits: Limits): { event: NostrEvent } | { reason: string } {
@@ -67,7 +70,7 @@ function checkLine(text: string, limits: Limits): { event: NostrEvent } | { reas
 }
 
 export async function importJsonl(pool: pg.Pool, input: Readable, options: ImportJsonlOptions): Promise<ImportJsonlResult> {
-  const batchSize = options.batchSize ?? 1000;
+  const batchSize = options.batchSize ?? 5000;
   const progress = options.progress ?? noProgress;
   const counts = emptyCounts();
   const started = Date.now();
@@ -79,11 +82,14 @@ export async function importJsonl(pool: pg.Pool, input: Readable, options: Impor
     options.onRefused?.(line, reason);
   };
   if (options.totalBytes) progress.setTotal(options.totalBytes);
+  const writer = new ImportWriter(pool, await bulkOptions(pool));
 
-  // Batches go through one chain (await the verdicts, then write), so writes stay in input order;
-  // reading runs up to AHEAD batches in front, so the verifier threads always have work queued.
+  // Batches go through one chain (await the verdicts, then hand over to the writer, which writes two
+  // at a time in the order handed over), so writes stay in input order; reading runs up to AHEAD
+  // batches in front, so the verifier threads always have work queued.
   const chain: Array<Promise<void>> = [];
   let last: Promise<void> = Promise.resolve();
+  const writing: Array<Promise<void>> = [];
   const writeInOrder = async (batch: Candidate[]) => {
     const items: ImportItem<number>[] = [];
     for (const c of batch) {
@@ -92,8 +98,12 @@ export async function importJsonl(pool: pg.Pool, input: Readable, options: Impor
       else if (isEphemeral(c.event.kind)) refuse(c.line, 'rejected', EPHEMERAL_NOT_STORED);
       else items.push({ prepared: prepareEvent(c.event), ref: c.line });
     }
-    await writeImportBatch(pool, items, counts, (line, reason) => options.onRefused?.(line, reason));
-    progress.update(options.totalBytes ? Math.min(bytesRead, options.totalBytes) : counts.accepted + counts.duplicate + counts.invalid + counts.rejected);
+    while (writing.length >= WRITES_IN_FLIGHT) await writing.shift();
+    const written = writer.write(items, counts, (line, reason) => options.onRefused?.(line, reason)).then(() => {
+      progress.update(options.totalBytes ? Math.min(bytesRead, options.totalBytes) : counts.accepted + counts.duplicate + counts.invalid + counts.rejected);
+    });
+    written.catch(() => undefined); // awaited above or at the end
+    writing.push(written);
   };
   const enqueue = async (batch: Candidate[]) => {
     last = last.then(() => writeInOrder(batch));
@@ -135,7 +145,9 @@ export async function importJsonl(pool: pg.Pool, input: Readable, options: Impor
     }
     await enqueue(batch);
     await last;
+    while (writing.length) await writing.shift();
   } finally {
+    await Promise.allSettled(writing);
     reader.close();
     progress.stop();
   }

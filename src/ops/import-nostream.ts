@@ -1,9 +1,10 @@
 // import-nostream: load a nostream database into ours. nostream keeps one row per event in its
 // `events` table (binary id, pubkey and signature, tags as jsonb, soft deletion in deleted_at,
 // NIP-40 expiry in expires_at). Rows are read in event_id order, in keyset batches (the next batch is
-// fetched while the current one is written), each event rebuilt from its columns and checked like an
-// EVENT message, and written through the relay's own write path, so replaceable/addressable and
-// NIP-09 rules apply exactly as for live events. The position is checkpointed after every batch.
+// fetched while the current ones are written), each event rebuilt from its columns and checked like
+// an EVENT message, and written by the bulk path (bulk-load.ts: the relay's own rules and locks, rows
+// by COPY), so replaceable/addressable and NIP-09 rules apply exactly as for live events. The
+// position is checkpointed after every batch.
 //
 // - Soft-deleted rows (deleted_at set) are not imported, and if our store already holds one (an
 //   earlier run, or a client republishing it) it is removed: deleted stays deleted. The kind 5 that
@@ -22,7 +23,8 @@ import { checkEventPolicy } from '../relay/policy.js';
 import type { SignatureVerifier } from '../relay/verifier.js';
 import { prepareEvent } from '../store/write.js';
 import { clearCheckpoint, readCheckpoint, saveCheckpoint } from './checkpoint.js';
-import { countReason, emptyCounts, writeImportBatch, type ImportCounts, type ImportItem } from './import-batch.js';
+import { bulkOptions } from './bulk-load.js';
+import { countReason, emptyCounts, ImportWriter, type ImportCounts, type ImportItem } from './import-batch.js';
 import { EPHEMERAL_NOT_STORED } from './import-jsonl.js';
 import { estimatedEvents, noProgress, type Progress } from './progress.js';
 
@@ -65,13 +67,14 @@ export interface ImportNostreamResult extends NostreamCounts {
 }
 
 interface SourceRow {
-  event_id: Buffer;
-  event_pubkey: Buffer;
+  /** Hex, as are event_pubkey and event_signature (encoded by PostgreSQL: cheaper than here). */
+  event_id: string;
+  event_pubkey: string;
   event_kind: number;
   event_created_at: string | number;
   event_content: string | null;
   tags: string | null;
-  event_signature: Buffer;
+  event_signature: string;
   deleted: boolean;
   expires_at: string | number | null;
 }
@@ -83,6 +86,9 @@ interface CheckedBatch {
   softDeleted: Buffer[];
   tally: NostreamCounts;
 }
+
+/** Batches being written at once (BulkWriter overlaps two). */
+const WRITES_IN_FLIGHT = 2;
 
 function addCounts(into: NostreamCounts, add: NostreamCounts): void {
   for (const key of ['read', 'softDeleted', 'removed', 'expired', 'accepted', 'duplicate', 'replaced', 'invalid', 'rejected'] as const) into[key] += add[key];
@@ -99,10 +105,11 @@ async function sourceQuery(source: pg.Pool): Promise<string> {
   const columns = new Set(rows.map((r) => r.column_name));
   const missing = REQUIRED.filter((c) => !columns.has(c));
   if (missing.length) throw new Error(`the source has no nostream events table (missing columns: ${missing.join(', ')})`);
-  return `SELECT event_id, event_pubkey, event_kind, event_created_at, event_content, event_tags::text AS tags, event_signature,
+  return `SELECT encode(event_id, 'hex') AS event_id, encode(event_pubkey, 'hex') AS event_pubkey, event_kind, event_created_at,
+                 event_content, event_tags::text AS tags, encode(event_signature, 'hex') AS event_signature,
                  ${columns.has('deleted_at') ? 'deleted_at IS NOT NULL' : 'false'} AS deleted,
                  ${columns.has('expires_at') ? 'expires_at' : 'NULL::bigint'} AS expires_at
-            FROM events WHERE event_id > $1 ORDER BY event_id LIMIT $2`;
+            FROM events WHERE events.event_id > $1 ORDER BY events.event_id LIMIT $2`;
 }
 
 /** The checkpoint key: the source's address without credentials, so each source resumes on its own. */
@@ -117,10 +124,11 @@ export async function importNostream(
   checkpointName: string,
   options: ImportNostreamOptions,
 ): Promise<ImportNostreamResult> {
-  const batchSize = options.batchSize ?? 2000;
+  const batchSize = options.batchSize ?? 5000;
   const progress = options.progress ?? noProgress;
   const started = Date.now();
   const sql = await sourceQuery(source);
+  const writer = new ImportWriter(target, await bulkOptions(target));
 
   if (options.restart) await clearCheckpoint(target, checkpointName);
   const checkpoint = await readCheckpoint<NostreamCounts>(target, checkpointName);
@@ -145,10 +153,10 @@ export async function importNostream(
     const candidates: Array<{ item: ImportItem<string>; verdict?: Promise<string | undefined> }> = [];
     for (const row of rows) {
       tally.read++;
-      const id = row.event_id.toString('hex');
+      const id = row.event_id;
       if (row.deleted) {
         tally.softDeleted++;
-        softDeleted.push(row.event_id);
+        softDeleted.push(Buffer.from(id, 'hex'));
         continue;
       }
       let tags: unknown;
@@ -160,12 +168,12 @@ export async function importNostream(
       }
       const parsed = parseEvent({
         id,
-        pubkey: row.event_pubkey.toString('hex'),
+        pubkey: row.event_pubkey,
         created_at: Number(row.event_created_at),
         kind: row.event_kind,
         tags,
         content: row.event_content,
-        sig: row.event_signature.toString('hex'),
+        sig: row.event_signature,
       });
       if (!parsed.ok) {
         refuse(id, 'invalid', parsed.reason);
@@ -198,29 +206,35 @@ export async function importNostream(
       if (invalid) refuse(c.item.ref, 'invalid', invalid);
       else items.push(c.item);
     }
-    return { last: rows[rows.length - 1].event_id, items, softDeleted, tally };
+    return { last: Buffer.from(rows[rows.length - 1].event_id, 'hex'), items, softDeleted, tally };
   };
 
+  // Writes one batch; its counts go into its own tally, merged into the totals when the batch is
+  // done, in order, so a checkpoint never counts a batch it does not cover.
   const write = async (batch: CheckedBatch) => {
-    addCounts(counts, batch.tally);
-    if (batch.softDeleted.length) {
-      const removed = await target.query('DELETE FROM events WHERE id = ANY($1::bytea[])', [batch.softDeleted]);
-      counts.removed += removed.rowCount ?? 0;
-    }
-    await writeImportBatch(target, batch.items, counts, (id, reason) => options.onRefused?.(id, reason));
+    // The writer is handed the batch before anything is awaited: its place in the write order is
+    // taken now, so batches are written in event_id order whatever the removal below costs.
+    const written = writer.write(batch.items, batch.tally, (id, reason) => options.onRefused?.(id, reason));
+    const removal = batch.softDeleted.length
+      ? target.query('DELETE FROM events WHERE id = ANY($1::bytea[])', [batch.softDeleted]).then((r) => {
+          batch.tally.removed += r.rowCount ?? 0;
+        })
+      : undefined;
+    await Promise.all([written, removal]);
   };
 
   // Three stages overlap: the next batch is read while this one is checked, and checked while the
-  // one before is written. Writes run one at a time, in event_id order.
+  // ones before are written, two at a time, in event_id order (ImportWriter).
   let complete = false;
   let batches = 0;
   let next = read(position);
-  let writing: { done: Promise<void>; last: Buffer } | undefined;
-  const finishWrite = async () => {
-    if (!writing) return;
-    await writing.done;
-    position = writing.last;
-    writing = undefined;
+  const writing: Array<{ done: Promise<void>; batch: CheckedBatch }> = [];
+  const finishOldest = async () => {
+    const { done, batch } = writing[0];
+    await done;
+    writing.shift();
+    addCounts(counts, batch.tally);
+    position = batch.last;
     await saveCheckpoint(target, checkpointName, position.toString('hex'), counts);
     progress.update(counts.read);
   };
@@ -232,17 +246,18 @@ export async function importNostream(
         complete = true;
         break;
       }
-      next = read(rows[rows.length - 1].event_id);
+      next = read(Buffer.from(rows[rows.length - 1].event_id, 'hex'));
       next.catch(() => undefined); // awaited by the next turn, or in finally
       const checked = await check(rows);
-      await finishWrite();
-      writing = { done: write(checked), last: checked.last };
-      writing.done.catch(() => undefined); // awaited by finishWrite
+      while (writing.length >= WRITES_IN_FLIGHT) await finishOldest();
+      const done = write(checked);
+      done.catch(() => undefined); // awaited by finishOldest
+      writing.push({ done, batch: checked });
       batches++;
     }
-    await finishWrite();
+    while (writing.length) await finishOldest();
   } finally {
-    await writing?.done.catch(() => undefined);
+    await Promise.allSettled(writing.map((w) => w.done));
     await next.catch(() => undefined);
     progress.stop();
   }

@@ -134,9 +134,13 @@ export function planBatch(batch: PreparedEvent[], facts: StoredFacts): BatchPlan
         const key = addressKey(a.kind, d.pubkey, a.d);
         deletedAddresses.set(key, Math.max(deletedAddresses.get(key) ?? 0, d.createdAt));
       }
-      // A stored current version it names by id is gone too: an older version may follow.
+      // A stored current version it names by id is gone too: an older version may follow. It is
+      // deleted with the replaced ones, before the inserts, so that version's row can take its key.
       for (const [address, cur] of current) {
-        if (d.ids.includes(cur.id) && !pending.has(cur.id) && address.split(':')[1] === d.pubkey) current.delete(address);
+        if (d.ids.includes(cur.id) && !pending.has(cur.id) && address.split(':')[1] === d.pubkey) {
+          current.delete(address);
+          replacedIds.push(cur.id);
+        }
       }
       // Earlier events of this batch that the request names were stored, and are deleted now.
       for (const [pendingId, q] of pending) {

@@ -7,7 +7,7 @@ import type { NostrEvent } from '../nostr/event.js';
 import { canonicalEventJson } from '../nostr/event.js';
 import { KIND_DELETION, kindClass, type KindClass } from '../nostr/kinds.js';
 import { dTagOf, expirationOf, indexedTags } from '../nostr/tags.js';
-import { addressKey, addressOf, deletionTargets, planBatch, type StoredFacts } from './plan-batch.js';
+import { addressKey, addressOf, deletionTargets, planBatch, type DeletionRequest, type StoredFacts } from './plan-batch.js';
 
 /** An event with everything storage needs derived once. */
 export interface PreparedEvent {
@@ -39,7 +39,8 @@ export type WriteResult =
 
 const hex = (s: string) => Buffer.from(s, 'hex');
 
-async function withTransaction<T>(pool: pg.Pool, fn: (client: pg.PoolClient) => Promise<T>): Promise<T> {
+/** Runs `fn` in a transaction on a pooled client: COMMIT when it resolves, ROLLBACK when it throws. */
+export async function withTransaction<T>(pool: pg.Pool, fn: (client: pg.PoolClient) => Promise<T>): Promise<T> {
   const client = await pool.connect();
   try {
     await client.query('BEGIN');
@@ -55,12 +56,12 @@ async function withTransaction<T>(pool: pg.Pool, fn: (client: pg.PoolClient) => 
 }
 
 /**
- * Every key a writer of this batch must hold: each event's id and address, and each deletion
+ * Takes every key a writer of this batch must hold: each event's id and address, and each deletion
  * request's targets. A deletion and an event it names, written concurrently (even by two relay
- * processes), then serialise instead of missing each other; so do two versions of one address.
- * Locks are taken in one statement in hash order, so writers cannot deadlock.
+ * processes or an import), then serialise instead of missing each other; so do two versions of one
+ * address. Transaction-scoped locks, taken in one statement in hash order, so writers cannot deadlock.
  */
-function lockKeys(batch: PreparedEvent[]): string[] {
+export async function takeLocks(client: pg.PoolClient, batch: PreparedEvent[]): Promise<void> {
   const keys = new Set<string>();
   for (const p of batch) {
     keys.add(p.event.id);
@@ -72,29 +73,39 @@ function lockKeys(batch: PreparedEvent[]): string[] {
       d.addresses.forEach((a) => keys.add(addressKey(a.kind, d.pubkey, a.d)));
     }
   }
-  return [...keys];
+  await client.query(
+    `SELECT pg_advisory_xact_lock(k) FROM (
+       SELECT DISTINCT hashtextextended(key, 0) AS k FROM unnest($1::text[]) AS key ORDER BY k) keys`,
+    [[...keys]],
+  );
 }
-
-type Row = Array<string | number>;
 
 /**
  * Everything that decides the batch, in one round trip: which ids are stored, which stored kind 5s
- * name the batch's ids or addresses, and the current versions of its addresses. It runs after the
- * lock statement, so it sees whatever a writer that held one of our keys committed.
+ * name the batch's ids or addresses, and the current versions of its addresses. It runs after
+ * takeLocks, so it sees whatever a writer that held one of our keys committed. Each key is looked up
+ * on its own (a LATERAL subquery that OFFSET 0 keeps from being flattened into a join): one index
+ * probe per key, whatever the tables' sizes and however stale their statistics (an import fills an
+ * empty table, and a plan chosen while it looked empty would scan all of it once it is not).
  */
-async function readFacts(client: pg.PoolClient, batch: PreparedEvent[]): Promise<StoredFacts> {
+export async function readFacts(client: pg.PoolClient, batch: PreparedEvent[]): Promise<StoredFacts> {
   const ids = batch.map((p) => p.event.id);
   const addressed = batch.filter((p) => p.dTag !== null);
-  const { rows } = await client.query<{ existing: string[]; deletions: Row[]; current: Row[] }>(
+  const { rows } = await client.query<{ existing: string[]; deletions: Array<[string, string, number, string]>; current: Array<[string, number, string, string, number]> }>(
     `SELECT
-       (SELECT coalesce(json_agg(encode(id, 'hex')), '[]') FROM events WHERE id = ANY($1::bytea[])) AS existing,
-       (SELECT coalesce(json_agg(json_build_array(t.name, t.value, t.created_at, encode(d.pubkey, 'hex'))), '[]')
-          FROM event_tags t JOIN events d ON d.id = t.event_id
-         WHERE t.kind = ${KIND_DELETION}
-           AND ((t.name = 'e' AND t.value = ANY($2::text[])) OR (t.name = 'a' AND t.value = ANY($3::text[])))) AS deletions,
+       (SELECT coalesce(json_agg(encode(e.id, 'hex')), '[]')
+          FROM unnest($1::bytea[]) AS k(id)
+          CROSS JOIN LATERAL (SELECT e.id FROM events e WHERE e.id = k.id OFFSET 0) e) AS existing,
+       (SELECT coalesce(json_agg(json_build_array(t.name, t.value, t.created_at, encode(t.pubkey, 'hex'))), '[]')
+          FROM (SELECT 'e', v FROM unnest($2::text[]) AS v UNION ALL SELECT 'a', v FROM unnest($3::text[]) AS v) AS k(name, value)
+          CROSS JOIN LATERAL (
+            SELECT t.name, t.value, t.created_at, d.pubkey FROM event_tags t JOIN events d ON d.id = t.event_id
+             WHERE t.name = k.name AND t.value = k.value AND t.kind = ${KIND_DELETION} OFFSET 0) t) AS deletions,
        (SELECT coalesce(json_agg(json_build_array(encode(e.pubkey, 'hex'), e.kind, e.d_tag, encode(e.id, 'hex'), e.created_at)), '[]')
-          FROM events e JOIN unnest($4::bytea[], $5::int[], $6::text[]) AS k(pubkey, kind, d_tag)
-            ON e.pubkey = k.pubkey AND e.kind = k.kind AND e.d_tag = k.d_tag) AS current`,
+          FROM unnest($4::bytea[], $5::int[], $6::text[]) AS k(pubkey, kind, d_tag)
+          CROSS JOIN LATERAL (
+            SELECT e.pubkey, e.kind, e.d_tag, e.id, e.created_at FROM events e
+             WHERE e.pubkey = k.pubkey AND e.kind = k.kind AND e.d_tag = k.d_tag OFFSET 0) e) AS current`,
     [
       ids.map(hex),
       ids,
@@ -106,7 +117,7 @@ async function readFacts(client: pg.PoolClient, batch: PreparedEvent[]): Promise
   );
   const { existing, deletions, current } = rows[0];
   const facts: StoredFacts = { existingIds: new Set(existing), deletedIds: new Map(), deletedAddresses: new Map(), current: new Map() };
-  for (const [name, value, createdAt, pubkey] of deletions as [string, string, number, string][]) {
+  for (const [name, value, createdAt, pubkey] of deletions) {
     if (name === 'e') {
       const pks = facts.deletedIds.get(value) ?? new Set<string>();
       pks.add(pubkey);
@@ -116,9 +127,47 @@ async function readFacts(client: pg.PoolClient, batch: PreparedEvent[]): Promise
       facts.deletedAddresses.set(value, Math.max(facts.deletedAddresses.get(value) ?? 0, Number(createdAt)));
     }
   }
-  for (const [pubkey, kind, dTag, id, createdAt] of current as [string, number, string, string, number][])
-    facts.current.set(addressKey(kind, pubkey, dTag), { id, createdAt: Number(createdAt) });
+  for (const [pubkey, kind, dTag, id, createdAt] of current) facts.current.set(addressKey(kind, pubkey, dTag), { id, createdAt: Number(createdAt) });
   return facts;
+}
+
+/**
+ * Applies the planned kind 5s to what is stored (including rows this transaction just wrote), all of
+ * them in two statements: by id (the author's own events, or gift wraps addressed to the author) and
+ * by address up to each request's created_at. Kind 5 and 62 events are never deleted by id.
+ */
+export async function applyDeletions(client: pg.PoolClient, deletions: DeletionRequest[]): Promise<void> {
+  const byId = { ids: [] as Buffer[], pubkeys: [] as Buffer[], hexPubkeys: [] as string[] };
+  const byAddress = { pubkeys: [] as Buffer[], kinds: [] as number[], dTags: [] as string[], until: [] as number[] };
+  for (const d of deletions) {
+    for (const id of d.ids) {
+      byId.ids.push(hex(id));
+      byId.pubkeys.push(hex(d.pubkey));
+      byId.hexPubkeys.push(d.pubkey);
+    }
+    for (const a of d.addresses) {
+      byAddress.pubkeys.push(hex(d.pubkey));
+      byAddress.kinds.push(a.kind);
+      byAddress.dTags.push(a.d);
+      byAddress.until.push(d.createdAt);
+    }
+  }
+  if (byId.ids.length) {
+    await client.query(
+      `DELETE FROM events e USING unnest($1::bytea[], $2::bytea[], $3::text[]) AS d(id, pubkey, hex_pubkey)
+        WHERE e.id = d.id AND e.kind NOT IN (5, 62)
+          AND (e.pubkey = d.pubkey OR (e.kind = 1059 AND EXISTS (
+            SELECT 1 FROM event_tags t WHERE t.event_id = e.id AND t.name = 'p' AND t.value = d.hex_pubkey)))`,
+      [byId.ids, byId.pubkeys, byId.hexPubkeys],
+    );
+  }
+  if (byAddress.kinds.length) {
+    await client.query(
+      `DELETE FROM events e USING unnest($1::bytea[], $2::int[], $3::text[], $4::bigint[]) AS a(pubkey, kind, d_tag, until)
+        WHERE e.pubkey = a.pubkey AND e.kind = a.kind AND e.d_tag = a.d_tag AND e.created_at <= a.until`,
+      [byAddress.pubkeys, byAddress.kinds, byAddress.dTags, byAddress.until],
+    );
+  }
 }
 
 /** Inserts the events and their tag rows in one statement; returns the ids actually inserted. */
@@ -168,31 +217,11 @@ async function insertRows(client: pg.PoolClient, inserts: PreparedEvent[]): Prom
 export async function writeBatch(pool: pg.Pool, batch: PreparedEvent[]): Promise<WriteResult[]> {
   if (batch.length === 0) return [];
   return withTransaction(pool, async (client) => {
-    await client.query(
-      `SELECT pg_advisory_xact_lock(k) FROM (
-         SELECT DISTINCT hashtextextended(key, 0) AS k FROM unnest($1::text[]) AS key ORDER BY k) keys`,
-      [lockKeys(batch)],
-    );
+    await takeLocks(client, batch);
     const plan = planBatch(batch, await readFacts(client, batch));
     if (plan.replacedIds.length) await client.query('DELETE FROM events WHERE id = ANY($1::bytea[])', [plan.replacedIds.map(hex)]);
     const inserted = await insertRows(client, plan.inserts);
-    for (const d of plan.deletions) {
-      if (d.ids.length) {
-        await client.query(
-          `DELETE FROM events e WHERE e.id = ANY($1::bytea[]) AND e.kind NOT IN (5, 62)
-             AND (e.pubkey = $2 OR (e.kind = 1059 AND EXISTS (
-               SELECT 1 FROM event_tags t WHERE t.event_id = e.id AND t.name = 'p' AND t.value = $3)))`,
-          [d.ids.map(hex), hex(d.pubkey), d.pubkey],
-        );
-      }
-      if (d.addresses.length) {
-        await client.query(
-          `DELETE FROM events e USING unnest($2::int[], $3::text[]) AS a(kind, d_tag)
-            WHERE e.pubkey = $1 AND e.kind = a.kind AND e.d_tag = a.d_tag AND e.created_at <= $4`,
-          [hex(d.pubkey), d.addresses.map((a) => a.kind), d.addresses.map((a) => a.d), d.createdAt],
-        );
-      }
-    }
+    await applyDeletions(client, plan.deletions);
     // Every planned id is locked, so none can appear meanwhile; were one to, it is a duplicate.
     const planned = new Set(plan.inserts.map((p) => p.event.id));
     return plan.results.map((r, i) => {

@@ -59,3 +59,30 @@ export async function storedIds(pool: pg.Pool): Promise<Set<string>> {
   const { rows } = await pool.query<{ id: string }>("SELECT encode(id, 'hex') AS id FROM events");
   return new Set(rows.map((r) => r.id));
 }
+
+/**
+ * A pool on the same database as a role that is not a superuser (so it may not skip foreign-key
+ * checks with session_replication_role), or undefined when the test server does not let us create
+ * one. The role is dropped by `close`.
+ */
+export async function ordinaryRolePool(db: { url: string; pool: pg.Pool }): Promise<{ pool: pg.Pool; close(): Promise<void> } | undefined> {
+  const role = `ordinary_${randomBytes(4).toString('hex')}`;
+  try {
+    await db.pool.query(`CREATE ROLE ${role} LOGIN PASSWORD '${role}' NOSUPERUSER`);
+  } catch {
+    return undefined;
+  }
+  await db.pool.query(`GRANT ALL ON SCHEMA public TO ${role}; GRANT ALL ON ALL TABLES IN SCHEMA public TO ${role}`);
+  const url = new URL(db.url);
+  url.username = role;
+  url.password = role;
+  const { default: pgModule } = await import('pg');
+  const pool = new pgModule.Pool({ connectionString: url.toString(), max: 4 });
+  return {
+    pool,
+    async close() {
+      await pool.end();
+      await db.pool.query(`REVOKE ALL ON ALL TABLES IN SCHEMA public FROM ${role}; REVOKE ALL ON SCHEMA public FROM ${role}; DROP ROLE ${role}`);
+    },
+  };
+}

@@ -59,6 +59,17 @@ describe('planBatch', () => {
     expect(plan.replacedIds).toEqual(['f'.repeat(64)]);
   });
 
+  it('deletes a stored current version named by a deletion before the inserts, so an older version can take its key', () => {
+    const deletion = prepareEvent(alice.sign({ kind: 5, created_at: t + 10, tags: [['e', 'f'.repeat(64)]] }));
+    const older = prepareEvent(alice.sign({ kind: 10002, created_at: t - 5 }));
+    const facts = empty();
+    facts.current.set(`10002:${alice.pubkey}:`, { id: 'f'.repeat(64), createdAt: t });
+    const plan = planBatch([deletion, older], facts);
+    expect(plan.results).toEqual([{ status: 'stored' }, { status: 'stored' }]);
+    expect(plan.replacedIds).toEqual(['f'.repeat(64)]);
+    expect(plan.inserts.map((p) => p.event.id)).toEqual([deletion.event.id, older.event.id]);
+  });
+
   it('keys addressable events by d tag, so different d values coexist in a batch', () => {
     const one = prepareEvent(alice.sign({ kind: 30023, tags: [['d', 'one']] }));
     const two = prepareEvent(alice.sign({ kind: 30023, tags: [['d', 'two']] }));

@@ -55,6 +55,16 @@ describe('writeBatch', () => {
     expect((await storedIds(carol.pubkey)).sort()).toEqual([keep.event.id, deletion.event.id].sort());
     expect(await writeBatch(pool, [note])).toEqual([{ status: 'rejected', reason: 'blocked: this event was deleted by its author' }]);
   });
+
+  it('lets another version take the key of a stored version that a deletion earlier in the batch named by id', async () => {
+    const erin = newSigner();
+    const stored = prepareEvent(erin.sign({ kind: 10002, created_at: now() - 50, tags: [['r', 'wss://a']] }));
+    await writeBatch(pool, [stored]);
+    const deletion = prepareEvent(erin.sign({ kind: 5, tags: [['e', stored.event.id]] }));
+    const older = prepareEvent(erin.sign({ kind: 10002, created_at: now() - 60, tags: [['r', 'wss://b']] }));
+    expect(await writeBatch(pool, [deletion, older])).toEqual([{ status: 'stored' }, { status: 'stored' }]);
+    expect((await storedIds(erin.pubkey)).sort()).toEqual([deletion.event.id, older.event.id].sort());
+  });
 });
 
 describe('EventWriter', () => {

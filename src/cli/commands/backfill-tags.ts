@@ -11,8 +11,9 @@ export const backfillTagsCommand: Command = {
 Derives the event_tags rows of the stored events from their tags, with the relay's tag rule
 (single-letter names, first value), in batches of consecutive ids, each one INSERT … SELECT in
 PostgreSQL. Rows already there are kept, so a run only adds what is missing: after a change of the
-tag rule, or after loading raw rows into events. Each batch is a short transaction, so the relay can
-keep serving; it writes the tags of new events itself.
+tag rule, or after loading raw rows into events. Each batch is a short transaction that locks only
+its own events (against a concurrent delete), so the relay can keep serving; it writes the tags of
+new events itself.
 
 The position is saved after every batch (table ops_checkpoints): after Ctrl-C, a crash or a reboot,
 the same command resumes where it stopped. A completed run clears it.

@@ -1,4 +1,5 @@
 import pg from 'pg';
+import { MAX_CHUNK_EVENTS } from '../../ops/bulk-load.js';
 import { importNostream, nostreamCheckpointName } from '../../ops/import-nostream.js';
 import { createProgress } from '../../ops/progress.js';
 import { limitsFrom } from '../../relay/limits.js';
@@ -12,10 +13,11 @@ export const importNostreamCommand: Command = {
   summary: 'import a nostream database (resumable; soft-deleted and expired rows stay out)',
   help: `usage: npm run cli -- import-nostream --from postgres://user:password@host:5432/nostream [options]
 
-Reads nostream's events table in event_id order, in batches, and stores each event through the
-relay's write path (replaceable/addressable versions, NIP-09 deletions, duplicates), with the
+Reads nostream's events table in event_id order, in batches, and stores the events with the
+relay's rules (replaceable/addressable versions, NIP-09 deletions, duplicates) and its locks, each
+batch in one transaction with the rows streamed by COPY (two batches in flight), and with the
 relay's policy checks (configured limits). Each event is rebuilt from nostream's columns and its id
-recomputed; a row that does not hash to its event_id is counted invalid.
+recomputed; a row that does not hash to its event_id is counted invalid. Safe while the relay runs.
 
   - soft-deleted rows (deleted_at set) are not imported, and removed from this store if present;
   - expired rows (expires_at or an expiration tag in the past) are skipped;
@@ -28,7 +30,7 @@ options:
   --from URL         the nostream database (required)
   --verify           verify every signature too (about 10x slower)
   --restart          ignore a saved checkpoint and start from the first row
-  --batch N          rows per batch (default 2000)
+  --batch N          rows per batch and write transaction (default 5000, at most 10000)
   --max-batches N    stop after N batches, keeping the checkpoint (a trial run)
   --max-reports N    refused rows reported one by one (default 100; the counts cover all)
 
@@ -44,7 +46,8 @@ example:
       'max-reports': { type: 'string' },
     });
     if (!values.from || !/^postgres(ql)?:\/\//.test(values.from)) throw new UsageError('--from postgres://… (the nostream database) is required');
-    const batchSize = intOption(values.batch, 'batch', 1, 2000);
+    const batchSize = intOption(values.batch, 'batch', 1, 5000);
+    if (batchSize > MAX_CHUNK_EVENTS) throw new UsageError(`--batch must be at most ${MAX_CHUNK_EVENTS} (each event holds a lock while its batch is written)`);
     const maxBatches = values['max-batches'] === undefined ? undefined : intOption(values['max-batches'], 'max-batches', 1, 1);
     const reports = refusalPrinter(intOption(values['max-reports'], 'max-reports', 0, 100), 'event');
     const source = new pg.Pool({ connectionString: values.from, max: 2, application_name: 'pgrelay import-nostream' });

@@ -1,6 +1,7 @@
 import { createReadStream } from 'node:fs';
 import { stat } from 'node:fs/promises';
 import type { Readable } from 'node:stream';
+import { MAX_CHUNK_EVENTS } from '../../ops/bulk-load.js';
 import { importJsonl, type ImportJsonlResult } from '../../ops/import-jsonl.js';
 import { createProgress } from '../../ops/progress.js';
 import { limitsFrom } from '../../relay/limits.js';
@@ -25,16 +26,17 @@ export const importCommand: Command = {
 
 Reads one event JSON per line (strfry's import/export format; "-" reads stdin) and stores the
 events as if published to the relay: shape and policy checks (the relay's configured limits), id
-and signature verification on worker threads, then the write path itself (replaceable/addressable
-versions, NIP-09 deletions, duplicates), in batches of one transaction each. Lines are taken in
-order, so a deletion and its target, or two versions of one event, end as published in that order.
+and signature verification on worker threads, then the relay's rules (replaceable/addressable
+versions, NIP-09 deletions, duplicates) and locks, in batches of one transaction each, the rows
+streamed by COPY. Lines are taken in order, so a deletion and its target, or two versions of one
+event, end as published in that order. Safe while the relay runs.
 
 A bad line never stops the import: each refused line is reported on stderr with its number and
 reason, and counted. Importing the same file again is harmless (everything is a duplicate).
 
 options:
   --no-verify        skip the signature check (for a trusted dump; ids are still recomputed)
-  --batch N          events per write transaction (default 1000)
+  --batch N          events per write transaction (default 5000, at most 10000)
   --max-reports N    refused lines reported one by one (default 100; the counts cover all)
 
 examples:
@@ -53,7 +55,8 @@ examples:
     );
     if (positionals.length !== 1) throw new UsageError('import takes one file name, or - for stdin');
     const file = positionals[0];
-    const batchSize = intOption(values.batch, 'batch', 1, 1000);
+    const batchSize = intOption(values.batch, 'batch', 1, 5000);
+    if (batchSize > MAX_CHUNK_EVENTS) throw new UsageError(`--batch must be at most ${MAX_CHUNK_EVENTS} (each event holds a lock while its batch is written)`);
     const reports = refusalPrinter(intOption(values['max-reports'], 'max-reports', 0, 100), 'line');
     let input: Readable;
     let totalBytes: number | undefined;

@@ -1,0 +1,268 @@
+// The importers' write path: a chunk of thousands of events in one short transaction, with the
+// relay's own rules and the relay's own locking, but with the rows streamed by COPY instead of
+// bound as arrays, and every statement set-based (one per step, whatever the chunk's size).
+//
+// The steps are those of writeBatch (src/store/write.ts), in the same order, so the outcome is the
+// same as writing the chunk through it:
+//   1. Lock every key the chunk touches (ids, replaceable/addressable addresses, deletion targets)
+//      with the relay's advisory locks, in one statement in hash order. The relay's writers lock the
+//      same keys the same way, so an import running beside a live relay serialises with it key by
+//      key (two versions of one address, a deletion and its target) and cannot deadlock with it.
+//      A table lock (SHARE ROW EXCLUSIVE) would not be enough: a relay writer that has read its
+//      facts before the import committed could still store an event the import's kind 5 deletes.
+//      The locks live in the shared lock table, so a chunk stays at a few thousand events
+//      (MAX_CHUNK_EVENTS).
+//   2. Read the facts that decide the chunk in one statement: which ids are stored, which stored
+//      kind 5s name its ids or addresses, the current versions of its addresses.
+//   3. Plan with planBatch (src/store/plan-batch.ts), the one place the NIP-01/NIP-09 rules live:
+//      duplicates, the newest version of each address (created_at, then the lowest id) across the
+//      chunk and the store, kind 5s applied in arrival order to the chunk and to stored events.
+//      The rules are not written again in SQL: their outcome depends on arrival order (a kind 5
+//      naming one version by id, then older versions arriving), which a set-based copy would have
+//      to reproduce case by case and keep in step with planBatch; planning costs ~0.3 µs an event.
+//   4. Delete the stored versions the chunk replaces; COPY the planned events into `events` and
+//      their tag rows into `event_tags`; apply the kind 5s to stored events.
+// Steps 1, 2 and the kind 5s are writeBatch's own functions (takeLocks, readFacts, applyDeletions).
+// Everything happens under the locks, so the plan is exact: no ON CONFLICT is needed, and a COPY
+// that hits a unique key anyway (a writer that does not lock) fails the chunk, which is then written
+// through writeBatch instead, halved until the event PostgreSQL refuses is isolated.
+//
+// Two chunks are in flight at once (BulkWriter), so one's COPY and commit overlap the next one's
+// locking, reading and planning, and PostgreSQL works on two cores. The order stays the input's: a
+// chunk takes its locks only once the one before holds all of its own, so where their keys meet it
+// waits for that one's commit and sees its rows, exactly as if it had started after it; and it
+// commits only once the one before has committed (if that one fails, it rolls back and starts over
+// after it).
+import { Readable } from 'node:stream';
+import { pipeline } from 'node:stream/promises';
+import type pg from 'pg';
+import { from as copyFrom } from 'pg-copy-streams';
+import { planBatch } from '../store/plan-batch.js';
+import { applyDeletions, readFacts, takeLocks, writeBatch, type PreparedEvent, type WriteResult } from '../store/write.js';
+
+/**
+ * The largest chunk the importers accept: two chunks in flight hold two chunks' worth of advisory
+ * locks (about one per event), and the shared lock table (max_locks_per_transaction × connections,
+ * ~15,000 entries with the defaults and the embedded server's 200 connections, and some room to
+ * spare) must keep room for the relay's own transactions.
+ */
+export const MAX_CHUNK_EVENTS = 10_000;
+
+export interface ChunkOutcome {
+  /** One per event, in chunk order, as writeBatch answers. */
+  results: WriteResult[];
+  /** The chunk's addresses that had a stored version when it was written (to count replacements). */
+  hadVersion: Set<string>;
+}
+
+export interface BulkOptions {
+  /**
+   * Skip the per-row foreign-key check of event_tags → events (session_replication_role = replica,
+   * for the tag COPY only). It cannot fail there: every tag row belongs to an event inserted by the
+   * same transaction, which no other transaction can see, let alone delete, before it commits. The
+   * check is ~40% of the cost of a tag row. Needs a superuser or the SET privilege on the parameter.
+   */
+  skipTagForeignKeyCheck: boolean;
+}
+
+/** Whether this connection may skip the tag foreign-key check (see BulkOptions). */
+export async function bulkOptions(pool: pg.Pool): Promise<BulkOptions> {
+  const client = await pool.connect();
+  try {
+    await client.query('BEGIN');
+    await client.query('SET LOCAL session_replication_role = replica');
+    return { skipTagForeignKeyCheck: true };
+  } catch {
+    return { skipTagForeignKeyCheck: false };
+  } finally {
+    await client.query('ROLLBACK').catch(() => undefined);
+    client.release();
+  }
+}
+
+const hex = (s: string) => Buffer.from(s, 'hex');
+
+/** COPY text format: backslash, tab, newline and carriage return are escaped; nothing else is special. */
+function copyText(value: string): string {
+  return /[\\\t\n\r]/.test(value) ? value.replace(/\\/g, '\\\\').replace(/\t/g, '\\t').replace(/\n/g, '\\n').replace(/\r/g, '\\r') : value;
+}
+
+async function copyRows(client: pg.PoolClient, sql: string, rows: string[]): Promise<void> {
+  if (rows.length) await pipeline(Readable.from(rows), client.query(copyFrom(sql)));
+}
+
+/** COPY data for the events and their tag rows, in pieces of ~256 rows (one string each). */
+function copyData(inserts: PreparedEvent[]): { events: string[]; tags: string[] } {
+  const events: string[] = [];
+  const tags: string[] = [];
+  let eventPiece = '';
+  let tagPiece = '';
+  inserts.forEach((p, i) => {
+    const e = p.event;
+    eventPiece += `\\\\x${e.id}\t\\\\x${e.pubkey}\t${e.kind}\t${e.created_at}\t${p.dTag === null ? '\\N' : copyText(p.dTag)}\t${p.expiresAt ?? '\\N'}\t${copyText(p.raw)}\n`;
+    for (const [name, value] of p.tags) tagPiece += `\\\\x${e.id}\t${name}\t${copyText(value)}\t${e.kind}\t${e.created_at}\n`;
+    if (i % 256 === 255) {
+      events.push(eventPiece);
+      if (tagPiece) tags.push(tagPiece);
+      eventPiece = tagPiece = '';
+    }
+  });
+  if (eventPiece) events.push(eventPiece);
+  if (tagPiece) tags.push(tagPiece);
+  return { events, tags };
+}
+
+/** What the next chunk needs to know about one attempt at writing a chunk. */
+interface Attempt {
+  /** Resolves once the attempt holds its locks (or has ended). */
+  locked: Promise<void>;
+  /** Resolves if the attempt fails: a chunk that overlapped it must roll back and start again. */
+  failed: Promise<void>;
+}
+
+interface Turn {
+  /** The attempt under way. */
+  attempt: Attempt;
+  /** Resolves once the chunk is written; rejects if it cannot be. */
+  done: Promise<void>;
+  /** Set when `done` resolves. */
+  written: boolean;
+}
+
+function deferred(): { promise: Promise<void>; resolve(): void } {
+  let resolve!: () => void;
+  const promise = new Promise<void>((r) => (resolve = r));
+  return { promise, resolve };
+}
+
+/** Another chunk failed under this one: roll back and try again once it is written. */
+class StartOver extends Error {}
+
+/** SQLSTATE classes 22 (data exception) and 23 (integrity): caused by some event, not the database. */
+const isDataError = (err: unknown) => /^2[23]/.test(String((err as { code?: string }).code ?? ''));
+/** Deadlock, serialization failure: worth another attempt. */
+const isTransient = (err: unknown) => ['40P01', '40001'].includes(String((err as { code?: string }).code ?? ''));
+
+/**
+ * Writes chunks in the order they are handed over, two at a time (see the top of this file). Hand
+ * over a chunk with write() and await the results in the same order, with at most two outstanding.
+ */
+export class BulkWriter {
+  private last: Turn = { attempt: { locked: Promise.resolve(), failed: new Promise(() => undefined) }, done: Promise.resolve(), written: true };
+
+  constructor(
+    private readonly pool: pg.Pool,
+    private readonly options: BulkOptions,
+  ) {}
+
+  write(chunk: PreparedEvent[]): Promise<ChunkOutcome> {
+    const previous = this.last;
+    const turn: Turn = { attempt: { locked: Promise.resolve(), failed: new Promise(() => undefined) }, done: Promise.resolve(), written: false };
+    this.last = turn;
+    const outcome = this.run(chunk, previous, turn);
+    turn.done = outcome.then(() => {
+      turn.written = true;
+    });
+    turn.done.catch(() => undefined); // the caller sees the failure through `outcome`
+    return outcome;
+  }
+
+  private async run(chunk: PreparedEvent[], previous: Turn, turn: Turn): Promise<ChunkOutcome> {
+    if (chunk.length === 0) return { results: [], hadVersion: new Set() };
+    for (let tries = 1; ; tries++) {
+      const locked = deferred();
+      const failed = deferred();
+      turn.attempt = { locked: locked.promise, failed: failed.promise };
+      try {
+        return await this.attempt(chunk, previous, locked.resolve);
+      } catch (err) {
+        failed.resolve();
+        locked.resolve();
+        // Whatever went wrong, the chunk before is written first: the order is the input's.
+        await previous.done;
+        if (err instanceof StartOver || (isTransient(err) && tries < 5)) continue;
+        if (!isDataError(err)) throw err;
+        return writeSplitting(this.pool, chunk);
+      } finally {
+        locked.resolve();
+      }
+    }
+  }
+
+  /** One transaction: the steps at the top of this file. */
+  private async attempt(chunk: PreparedEvent[], previous: Turn, onLocked: () => void): Promise<ChunkOutcome> {
+    const client = await this.pool.connect();
+    try {
+      await client.query('BEGIN');
+      // The chunk before holds its locks (or is written) before this one asks for any.
+      const before = previous.attempt;
+      await Promise.race([before.locked, previous.done.catch(() => undefined)]);
+      await takeLocks(client, chunk);
+      onLocked();
+      const facts = await readFacts(client, chunk);
+      const hadVersion = new Set(facts.current.keys());
+      const plan = planBatch(chunk, facts);
+
+      if (plan.replacedIds.length) await client.query('DELETE FROM events WHERE id = ANY($1::bytea[])', [plan.replacedIds.map(hex)]);
+      const data = copyData(plan.inserts);
+      await copyRows(client, 'COPY events (id, pubkey, kind, created_at, d_tag, expires_at, raw) FROM STDIN', data.events);
+      if (data.tags.length) {
+        if (this.options.skipTagForeignKeyCheck) await client.query('SET LOCAL session_replication_role = replica');
+        await copyRows(client, 'COPY event_tags (event_id, name, value, kind, created_at) FROM STDIN', data.tags);
+        // Back to normal before any DELETE: the cascade to event_tags is a trigger too.
+        if (this.options.skipTagForeignKeyCheck) await client.query('SET LOCAL session_replication_role = origin');
+      }
+      await applyDeletions(client, plan.deletions);
+
+      // Commit only after the chunk before: if it failed, its rows are not there and this plan is void.
+      await Promise.race([previous.done.catch(() => undefined), before.failed]);
+      if (!previous.written) throw new StartOver();
+      await client.query('COMMIT');
+      return { results: plan.results, hadVersion };
+    } catch (err) {
+      await client.query('ROLLBACK').catch(() => undefined);
+      throw err;
+    } finally {
+      client.release();
+    }
+  }
+}
+
+/** The addresses in `items` that already have a stored version: to tell a replacement from a first version. */
+async function storedAddresses(pool: pg.Pool, items: PreparedEvent[]): Promise<Set<string>> {
+  // A d value with NUL cannot be stored, nor even compared in SQL.
+  const addressed = items.filter((p) => p.dTag !== null && !p.dTag.includes('\u0000'));
+  if (addressed.length === 0) return new Set();
+  const { rows } = await pool.query<{ address: string }>(
+    `SELECT e.kind || ':' || encode(e.pubkey, 'hex') || ':' || e.d_tag AS address
+       FROM events e JOIN unnest($1::bytea[], $2::int[], $3::text[]) AS k(pubkey, kind, d_tag)
+         ON e.pubkey = k.pubkey AND e.kind = k.kind AND e.d_tag = k.d_tag`,
+    [addressed.map((p) => hex(p.event.pubkey)), addressed.map((p) => p.event.kind), addressed.map((p) => p.dTag)],
+  );
+  return new Set(rows.map((r) => r.address));
+}
+
+/**
+ * A chunk PostgreSQL refused because of some event's data: through writeBatch, halving until that
+ * event is isolated, so it alone is refused and its neighbours are written.
+ */
+async function writeSplitting(pool: pg.Pool, chunk: PreparedEvent[]): Promise<ChunkOutcome> {
+  const hadVersion = await storedAddresses(pool, chunk);
+  const results: WriteResult[] = [];
+  const write = async (part: PreparedEvent[]): Promise<void> => {
+    try {
+      results.push(...(await writeBatch(pool, part)));
+    } catch (err) {
+      if (!isDataError(err)) throw err;
+      if (part.length === 1) {
+        results.push({ status: 'rejected', reason: `error: the database refused this event (${(err as Error).message})` });
+        return;
+      }
+      const half = Math.ceil(part.length / 2);
+      await write(part.slice(0, half));
+      await write(part.slice(half));
+    }
+  };
+  await write(chunk);
+  return { results, hadVersion };
+}
