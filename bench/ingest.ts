@@ -180,6 +180,18 @@ async function runMode(mode: string, events: NostrEvent[], o: { publishers: numb
 /** CPU microseconds per accepted event, from a CPU share in percent. */
 const perEvent = (r: RunResult, percent: number) => Math.round((percent / 100 / r.eventsPerSecond) * 1e6);
 
+/**
+ * This machine's speed right now: BIP-340 verifications per second on one core, on events already
+ * signed. A shared VM's speed drifts (../shared/perf-notes.md measured ~4,900/s with sha256), so a
+ * run is comparable with another only next to this figure.
+ */
+function verificationsPerSecond(events: NostrEvent[]): number {
+  const sample = events.slice(0, 1000).map((e) => [Buffer.from(e.id, 'hex'), Buffer.from(e.pubkey, 'hex'), Buffer.from(e.sig, 'hex')] as const);
+  const started = performance.now();
+  for (const [id, pubkey, sig] of sample) secp.verifySchnorr(id, pubkey, sig);
+  return Math.round(sample.length / ((performance.now() - started) / 1000));
+}
+
 async function main(): Promise<void> {
   const { values } = parseArgs({
     options: {
@@ -201,6 +213,8 @@ async function main(): Promise<void> {
   const publishers = Number(values.publishers);
   const o = { publishers, window: Number(values.window), rate: values.rate ? Number(values.rate) : undefined, url: values.url };
   const all = await loadOrSign(outDir, Number(values.events), Number(values.size), publishers);
+  const speed = verificationsPerSecond(all);
+  console.error(`this machine now: ${speed} BIP-340 verifications/s on one core`);
   const results: RunResult[] = [];
   for (const mode of values.url ? ['external'] : values.modes!.split(',')) {
     const events = mode === 'unbatched' ? all.slice(0, Number(values['unbatched-events'])) : all;
@@ -210,7 +224,7 @@ async function main(): Promise<void> {
     console.error(`  ${Math.round(r.eventsPerSecond)} events/s accepted, OK p50 ${ms(r.ok.p50)} p95 ${ms(r.ok.p95)} p99 ${ms(r.ok.p99)} ms, mean batch ${r.meanBatch.toFixed(1)}`);
   }
   const table = [
-    `${os.cpus().length} cores (${os.cpus()[0]?.model ?? 'CPU'}) · ${publishers} publishers · ${values.size}-byte events, id + BIP-340 verified · ${o.rate ? `open loop at ${o.rate} events/s` : `closed loop, ${o.window} in flight per publisher`}`,
+    `${os.cpus().length} cores (${os.cpus()[0]?.model ?? 'CPU'}) · ${publishers} publishers · ${values.size}-byte events, id + BIP-340 verified · ${o.rate ? `open loop at ${o.rate} events/s` : `closed loop, ${o.window} in flight per publisher`} · machine speed before the runs: ${speed.toLocaleString('en-US')} BIP-340 verifications/s on one core`,
     '',
     '| mode | events | accepted/s | OK p50 | OK p95 | OK p99 | mean batch | relay CPU (main thread) | relay µs/event (main thread) | PostgreSQL CPU | relay peak RSS | refused |',
     '|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|',

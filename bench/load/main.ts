@@ -276,16 +276,17 @@ async function runQuery(ctx: Context): Promise<void> {
   const manifest = await ensureCorpus(db, a, ctx.owned);
   const mixFile = path.join(CACHE_DIR, 'query-mix.json');
   await writeFile(mixFile, JSON.stringify(queryMix(manifest, a.shapes, 1000)));
+  // Prewarm first: counting 1M cold rows can outlast the pool's statement timeout.
+  const warmed = await prewarm(db.pool);
   const { rows } = await db.pool.query('SELECT count(*)::bigint AS n FROM events');
   ctx.notes.push(`Corpus: ${Number(rows[0].n).toLocaleString('en-US')} events (bench:seed, seed ${manifest.seed}); mix: ${a.shapes.join(', ')} in equal turns, 1,000 pre-drawn REQs.`);
-  const env = { QUERY_MIX: mixFile, SHAPES: a.shapes.join(','), DURATION: a.duration };
-  const script = path.join(LOAD_DIR, 'query.js');
-  const warmed = await prewarm(db.pool);
   ctx.notes.push(
     typeof warmed === 'string'
       ? `Cache: not prewarmed (pg_prewarm: ${warmed}); the first steps may include disk reads.`
       : `Cache: ${(warmed / 2 ** 30).toFixed(2)} GiB of tables and indexes loaded into PostgreSQL's buffer pool first (pg_prewarm).`,
   );
+  const env = { QUERY_MIX: mixFile, SHAPES: a.shapes.join(','), DURATION: a.duration };
+  const script = path.join(LOAD_DIR, 'query.js');
   if (seconds(a.warmup) > 0) await step(ctx, 0, script, { ...env, VUS: a.openLoop ? 5 : Math.min(10, a.ladder[0]), DURATION: a.warmup }, 'warmup', false);
   for (const x of a.ladder)
     await step(ctx, x, script, a.openLoop ? { ...env, RATE: x, VUS: a.maxVus } : { ...env, VUS: x }, a.openLoop ? `${x}per-s` : `${x}vus`);
