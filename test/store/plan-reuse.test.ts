@@ -98,11 +98,11 @@ describe('on a connection of its own', () => {
     expect((await pool.query('SHOW plan_cache_mode')).rows[0].plan_cache_mode).toBe('auto');
   });
 
-  it('keeps at most `cap` statements per connection, dropping the least recently used', async () => {
+  it('keeps at most `budget` characters of statements per connection, dropping the least recently used', async () => {
     const client = await pool.connect();
     try {
       const run = async (text: string) => {
-        const cursor = await namedCursor<{ n: number }>(client, text, [], 2);
+        const cursor = await namedCursor<{ n: number }>(client, text, [], 2 * 'SELECT 1 AS n'.length);
         const rows = await cursor.read(10);
         await cursor.close();
         return rows[0].n;
