@@ -47,9 +47,20 @@ export async function streamEvents(
     broken = true;
     throw err;
   } finally {
-    await cursor?.close().catch(() => undefined);
-    if (genericPlans && !broken) await client.query('RESET plan_cache_mode').catch(() => (broken = true));
-    client.release(broken ? true : undefined);
+    if (broken) client.release(true);
+    // Closing the portal and undoing the plan mode need not hold up the caller (its EOSE): the client
+    // returns to the pool only once both are done, so no other query runs with this one's settings.
+    else void tidyUp(client, cursor, genericPlans);
+  }
+}
+
+async function tidyUp(client: pg.PoolClient, cursor: Cursor<unknown> | undefined, genericPlans: boolean): Promise<void> {
+  try {
+    await cursor?.close();
+    if (genericPlans) await client.query('RESET plan_cache_mode');
+    client.release();
+  } catch (err) {
+    client.release(err as Error); // a connection in an unknown state is closed, not reused
   }
 }
 
