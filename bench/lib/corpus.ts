@@ -28,6 +28,17 @@ export interface Manifest {
 }
 
 const WORDS = 'the a relay note nostr zap key sign event filter query index fast slow post reply thread world hello gm pv bitcoin lightning client server tag pubkey love coffee music art photo dev code build ship'.split(' ');
+
+/** Words drawn from `random` until the text reaches `chars` characters: content of a plausible size. */
+export function words(random: () => number, chars: number): string {
+  const out: string[] = [];
+  for (let len = 0; len < chars; ) {
+    const w = WORDS[Math.floor(random() * WORDS.length)];
+    out.push(w);
+    len += w.length + 1;
+  }
+  return out.join(' ');
+}
 const TOP_HASHTAGS = ['nostr', 'bitcoin', 'grownostr', 'zap', 'art', 'music', 'photography', 'dev', 'news', 'foodstr'];
 
 function hexFrom(seed: string): string {
@@ -48,16 +59,7 @@ export function* generateCorpus(o: CorpusOptions, manifest: Manifest): Generator
   const step = (o.end - start) / o.events;
   let articleCount = 0;
 
-  const text = (min: number, max: number) => {
-    const n = intBetween(random, min, max);
-    const words: string[] = [];
-    for (let len = 0; len < n; ) {
-      const w = WORDS[Math.floor(random() * WORDS.length)];
-      words.push(w);
-      len += w.length + 1;
-    }
-    return words.join(' ');
-  };
+  const text = (min: number, max: number) => words(random, intBetween(random, min, max));
   /** A note to react to, reply to or repost: a recent note of an author picked by popularity. */
   const pickNote = (): { id: string; author: number } | undefined => {
     for (let tries = 0; tries < 4; tries++) {

@@ -6,7 +6,7 @@ import { existsSync } from 'node:fs';
 import { readFile, rename, writeFile } from 'node:fs/promises';
 import * as secp from 'tiny-secp256k1';
 import { canonicalEventJson, computeEventId, type NostrEvent } from '../../src/nostr/event.js';
-import type { Manifest } from '../lib/corpus.js';
+import { words, type Manifest } from '../lib/corpus.js';
 import { prng } from '../lib/random.js';
 import { queryShapes } from '../lib/shapes.js';
 
@@ -55,18 +55,6 @@ export function signer(label: string): Signer {
 
 export const PUBLISH_AUTHORS = 200;
 export const publishSigners = (): Signer[] => Array.from({ length: PUBLISH_AUTHORS }, (_, i) => signer(`publisher-${i}`));
-
-const WORDS = 'the a relay note nostr zap key sign event filter query index fast slow post reply thread world hello gm pv bitcoin lightning client server tag pubkey love coffee music art photo dev code build ship'.split(' ');
-
-function words(random: () => number, chars: number): string {
-  const out: string[] = [];
-  for (let len = 0; len < chars; ) {
-    const w = WORDS[Math.floor(random() * WORDS.length)];
-    out.push(w);
-    len += w.length + 1;
-  }
-  return out.join(' ');
-}
 
 /**
  * Kind-1 notes of about 1 KB (the size of the perf-notes ingest figures) with a `p`, a `t` and,

@@ -22,7 +22,8 @@
 //      to reproduce case by case and keep in step with planBatch; planning costs ~0.3 µs an event.
 //   4. Delete the stored versions the chunk replaces; COPY the planned events into `events` and
 //      their tag rows into `event_tags`; apply the kind 5s to stored events.
-// Steps 1, 2 and the kind 5s are writeBatch's own functions (takeLocks, readFacts, applyDeletions).
+// Every step but the inserts is writeBatch's own function (takeLocks, readFacts, deleteReplaced,
+// applyDeletions).
 // Everything happens under the locks, so the plan is exact: no ON CONFLICT is needed, and a COPY
 // that hits a unique key anyway (a writer that does not lock) fails the chunk, which is then written
 // through writeBatch instead, halved until the event PostgreSQL refuses is isolated.
@@ -38,7 +39,7 @@ import { pipeline } from 'node:stream/promises';
 import type pg from 'pg';
 import { from as copyFrom } from 'pg-copy-streams';
 import { planBatch } from '../store/plan-batch.js';
-import { applyDeletions, readFacts, takeLocks, writeBatch, type PreparedEvent, type WriteResult } from '../store/write.js';
+import { applyDeletions, deleteReplaced, readFacts, takeLocks, writeBatch, type PreparedEvent, type WriteResult } from '../store/write.js';
 
 /**
  * The largest chunk the importers accept: two chunks in flight hold two chunks' worth of advisory
@@ -79,8 +80,6 @@ export async function bulkOptions(pool: pg.Pool): Promise<BulkOptions> {
     client.release();
   }
 }
-
-const hex = (s: string) => Buffer.from(s, 'hex');
 
 /** COPY text format: backslash, tab, newline and carriage return are escaped; nothing else is special. */
 function copyText(value: string): string {
@@ -203,7 +202,7 @@ export class BulkWriter {
       const hadVersion = new Set(facts.current.keys());
       const plan = planBatch(chunk, facts);
 
-      if (plan.replacedIds.length) await client.query('DELETE FROM events WHERE id = ANY($1::bytea[])', [plan.replacedIds.map(hex)]);
+      await deleteReplaced(client, plan);
       const data = copyData(plan.inserts);
       await copyRows(client, 'COPY events (id, pubkey, kind, created_at, d_tag, expires_at, raw) FROM STDIN', data.events);
       if (data.tags.length) {
@@ -231,15 +230,13 @@ export class BulkWriter {
 /** The addresses in `items` that already have a stored version: to tell a replacement from a first version. */
 async function storedAddresses(pool: pg.Pool, items: PreparedEvent[]): Promise<Set<string>> {
   // A d value with NUL cannot be stored, nor even compared in SQL.
-  const addressed = items.filter((p) => p.dTag !== null && !p.dTag.includes('\u0000'));
-  if (addressed.length === 0) return new Set();
-  const { rows } = await pool.query<{ address: string }>(
-    `SELECT e.kind || ':' || encode(e.pubkey, 'hex') || ':' || e.d_tag AS address
-       FROM events e JOIN unnest($1::bytea[], $2::int[], $3::text[]) AS k(pubkey, kind, d_tag)
-         ON e.pubkey = k.pubkey AND e.kind = k.kind AND e.d_tag = k.d_tag`,
-    [addressed.map((p) => hex(p.event.pubkey)), addressed.map((p) => p.event.kind), addressed.map((p) => p.dTag)],
-  );
-  return new Set(rows.map((r) => r.address));
+  const comparable = items.filter((p) => !p.dTag?.includes('\u0000'));
+  const client = await pool.connect();
+  try {
+    return new Set((await readFacts(client, comparable)).current.keys());
+  } finally {
+    client.release();
+  }
 }
 
 /**

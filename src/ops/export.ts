@@ -47,7 +47,7 @@ export function parseExportFilters(json: string): Filter[] {
 
 function exportQuery(filters: Filter[] | undefined, now: number): SqlQuery | undefined {
   if (!filters?.length) {
-    return { text: 'SELECT raw FROM events WHERE expires_at IS NULL OR expires_at > $1', values: [now], reusePlan: false };
+    return { text: 'SELECT raw FROM events WHERE expires_at IS NULL OR expires_at > $1', values: [now] };
   }
   return reqToSql(filters, now);
 }

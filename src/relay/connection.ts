@@ -89,10 +89,14 @@ export class Connection {
     this.socket.uncork();
   };
 
-  /** Pauses a large answer until the socket has drained below half the cap (or gives up). */
+  /** More than half the cap is waiting to be sent: a large answer pauses (drained) until it is not. */
+  private get backlogged(): boolean {
+    return this.ws.bufferedAmount > this.ctx.limits.maxBufferedBytes / 2;
+  }
+
+  /** Pauses a large answer until the socket is no longer backlogged (or gives up). */
   private async drained(): Promise<boolean> {
-    const half = this.ctx.limits.maxBufferedBytes / 2;
-    for (let waited = 0; !this.closed && this.ws.bufferedAmount > half; waited += 10) {
+    for (let waited = 0; !this.closed && this.backlogged; waited += 10) {
       if (waited > 30_000) {
         this.close(1008, 'error: client is reading too slowly');
         return false;
@@ -205,7 +209,7 @@ export class Connection {
           // Drain before each event, not each batch: a batch of large events (256 × up to
           // maxMessageBytes) can exceed maxBufferedBytes and cut off a client that is reading.
           // Checked without awaiting when there is room, so a batch goes out in one tick (see send).
-          if (this.ws.bufferedAmount > this.ctx.limits.maxBufferedBytes / 2 && !(await this.drained())) return false;
+          if (this.backlogged && !(await this.drained())) return false;
           if (sub.closed) return false;
           sub.sendStored(row.id, row.raw);
         }

@@ -12,12 +12,12 @@ export interface SqlQuery {
   text: string;
   values: unknown[];
   /**
-   * The statement has many branches (some list reached PLAN_REUSE_MIN_VALUES), so planning it costs
-   * more than running it (a 150-branch plan: ~8 ms; a 500-branch one: ~25 ms). Its lists are padded to
-   * a few bucket sizes so other REQs of the same shape share its text, and store/read.ts runs it as a
-   * named statement with a generic plan, built once per connection.
+   * Set by reqToSql when the statement has many branches (some list reached PLAN_REUSE_MIN_VALUES),
+   * so planning it costs more than running it (a 150-branch plan: ~8 ms; a 500-branch one: ~25 ms).
+   * Its lists are padded to a few bucket sizes so other REQs of the same shape share its text, and
+   * store/read.ts runs it as a named statement with a generic plan, built once per connection.
    */
-  reusePlan: boolean;
+  reusePlan?: boolean;
 }
 
 /** Lists this long or longer become a reusable statement; shorter ones plan in well under a millisecond. */
@@ -215,7 +215,7 @@ export function preludeSql(filters: Filter[], now: number): (SqlQuery & { counte
   const counts = counted.map(
     (t) => `(SELECT count(*) FROM (SELECT 1 FROM event_tags WHERE name = ${add(t.name)} AND value = ANY(${add(t.values, '::text[]')}) LIMIT ${TAG_COUNT_CAP}) c)`,
   );
-  return { text: `SELECT ${expired} AS expired, ARRAY[${counts.join(', ')}]::int[] AS counts`, values, reusePlan: false, counted };
+  return { text: `SELECT ${expired} AS expired, ARRAY[${counts.join(', ')}]::int[] AS counts`, values, counted };
 }
 
 /** Reads the prelude (see preludeSql) through `query`. */
@@ -254,5 +254,5 @@ export function countToSql(filters: Filter[], now: number): SqlQuery | undefined
   if (matching.length === 0) return undefined;
   const { values, add } = parameters();
   const parts = matching.map((f) => `SELECT e.id FROM events e WHERE ${eventConditions(f, add, 'e', now).join(' AND ')}`);
-  return { text: `SELECT count(*)::bigint AS count FROM (${parts.join(' UNION ')}) u`, values, reusePlan: false };
+  return { text: `SELECT count(*)::bigint AS count FROM (${parts.join(' UNION ')}) u`, values };
 }

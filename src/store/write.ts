@@ -7,7 +7,7 @@ import type { NostrEvent } from '../nostr/event.js';
 import { canonicalEventJson } from '../nostr/event.js';
 import { KIND_DELETION, kindClass, type KindClass } from '../nostr/kinds.js';
 import { dTagOf, expirationOf, indexedTags } from '../nostr/tags.js';
-import { addressKey, addressOf, deletionTargets, planBatch, type DeletionRequest, type StoredFacts } from './plan-batch.js';
+import { addressKey, addressOf, deletionTargets, planBatch, type BatchPlan, type DeletionRequest, type StoredFacts } from './plan-batch.js';
 
 /** An event with everything storage needs derived once. */
 export interface PreparedEvent {
@@ -131,6 +131,11 @@ export async function readFacts(client: pg.PoolClient, batch: PreparedEvent[]): 
   return facts;
 }
 
+/** Removes the stored versions the plan replaces, before its inserts take their replacement keys. */
+export async function deleteReplaced(client: pg.PoolClient, plan: BatchPlan): Promise<void> {
+  if (plan.replacedIds.length) await client.query('DELETE FROM events WHERE id = ANY($1::bytea[])', [plan.replacedIds.map(hex)]);
+}
+
 /**
  * Applies the planned kind 5s to what is stored (including rows this transaction just wrote), all of
  * them in two statements: by id (the author's own events, or gift wraps addressed to the author) and
@@ -219,7 +224,7 @@ export async function writeBatch(pool: pg.Pool, batch: PreparedEvent[]): Promise
   return withTransaction(pool, async (client) => {
     await takeLocks(client, batch);
     const plan = planBatch(batch, await readFacts(client, batch));
-    if (plan.replacedIds.length) await client.query('DELETE FROM events WHERE id = ANY($1::bytea[])', [plan.replacedIds.map(hex)]);
+    await deleteReplaced(client, plan);
     const inserted = await insertRows(client, plan.inserts);
     await applyDeletions(client, plan.deletions);
     // Every planned id is locked, so none can appear meanwhile; were one to, it is a duplicate.
