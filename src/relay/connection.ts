@@ -84,7 +84,9 @@ export class Connection {
     this.ws.send(text);
   }
 
+  /** Writes whatever this tick has queued on the socket (otherwise done at the end of the tick). */
   private readonly uncork = (): void => {
+    if (!this.corked) return;
     this.corked = false;
     this.socket.uncork();
   };
@@ -166,7 +168,10 @@ export class Connection {
     }
     if (!result.id) this.send(noticeMessage(result.reason));
     else this.send(okMessage(result.id, result.accepted, result.reason));
-    if (result.publish) broadcast(this.ctx.subscriptions, result.publish);
+    if (!result.publish) return;
+    // The OK leaves now: fanning out to many subscribers takes milliseconds the publisher need not wait.
+    this.uncork();
+    broadcast(this.ctx.subscriptions, result.publish);
   }
 
   /** Sub id and filter checks shared by REQ and COUNT; sends CLOSED and returns undefined on failure. */
