@@ -1,8 +1,17 @@
 // backfill-tags: (re)derive event_tags from the stored events' tags, set-based, in batches of
-// consecutive ids (the primary key). Each batch is one short INSERT … SELECT that PostgreSQL runs
-// without a round trip per event or per tag; existing rows are kept (left out by an anti-join), so a
-// run is idempotent and safe beside a live relay, which writes the tags of new events itself. After
-// each batch the position is saved in ops_checkpoints: an interrupted run resumes there.
+// consecutive heap blocks of `events`. Each batch is one short INSERT … SELECT that PostgreSQL runs
+// without a round trip per event or per tag, reading its blocks with a TID range scan
+// (`ctid >= '(B,0)' AND ctid < '(B+N,0)'`): the whole run reads the table once, sequentially, so a
+// cold page cache costs little (ids are random in the heap: batches by id range read one random page
+// per event). Existing rows are kept (left out by an anti-join), so a run is idempotent and safe
+// beside a live relay. After each batch the next block is saved in ops_checkpoints: an interrupted
+// run resumes there.
+//
+// The end is the table's size in blocks when the run starts. An event stored after that, appended
+// past the end or into free space of a block already done, comes from the relay or an import, which
+// write its tag rows in the same transaction: it needs nothing from the backfill (a batch that meets
+// one finds its rows present). Rows put into `events` by other means (a COPY of the table alone)
+// while a backfill runs may be missed: run it again once they are in.
 //
 // The SQL applies exactly the rule of src/nostr/tags.ts `indexedTags` (a single-letter name, the
 // first value, at most MAX_INDEXED_TAG_VALUE_BYTES UTF-8 bytes and no NUL, distinct per event).
@@ -19,24 +28,27 @@ import { estimatedEvents, noProgress, type Progress } from './progress.js';
 export const BACKFILL_CHECKPOINT = 'backfill-tags';
 
 export interface BackfillOptions {
-  /** Events per batch (one INSERT … SELECT each). */
+  /** About this many events per batch: turned into heap blocks by the table's events per block. */
   batchSize?: number;
-  /** Batches run at once, on separate connections. */
+  /** Heap blocks per batch (one INSERT … SELECT each); overrides batchSize. */
+  batchBlocks?: number;
+  /** Batches run at once, on separate connections, over disjoint block ranges. */
   concurrency?: number;
   /** Only events that have no event_tags row at all (quick after importing raw rows). */
   onlyMissing?: boolean;
-  /** Ignore a saved checkpoint and start from the first id. */
+  /** Ignore a saved checkpoint and start from the first block. */
   restart?: boolean;
   /** Aborting stops after the batches in flight; the checkpoint is kept for the next run. */
   signal?: AbortSignal;
   /** Stop after this many batches (a trial run; the checkpoint is kept). */
   maxBatches?: number;
+  /** Counts events; the total is extrapolated from the blocks done, so the percentage is exact. */
   progress?: Progress;
   log?: Logger;
 }
 
 export interface BackfillCounts {
-  /** Events whose tags were derived (in ranges already done, across resumed runs). */
+  /** Events whose tags were derived (in blocks already done, across resumed runs). */
   events: number;
   /** event_tags rows added. */
   tagRows: number;
@@ -45,8 +57,10 @@ export interface BackfillCounts {
 export interface BackfillResult extends BackfillCounts {
   /** False when stopped early (signal or maxBatches): run again to resume. */
   complete: boolean;
-  /** The id (hex) the run resumed after, if it resumed. */
-  resumedAfter?: string;
+  /** The heap block this run started at, when it resumed from a checkpoint. */
+  resumedAtBlock?: number;
+  /** The heap blocks of `events` the job covers: [0, blocks). */
+  blocks: number;
   /** Events processed by this run alone (the rate is this over `seconds`). */
   eventsThisRun: number;
   batches: number;
@@ -61,46 +75,75 @@ export interface BackfillResult extends BackfillCounts {
 const NUL_ESCAPE = '\\u0000';
 const UNSUPPORTED_UNICODE_ESCAPE = '22P05';
 
+/** A batch: the heap blocks [from, to) of `events`. */
+interface BlockRange {
+  from: number;
+  to: number;
+}
+
+/** The TID range of a block range, bound as $1 and $2: `ctid >= $1::tid AND ctid < $2::tid`. */
+const tidBounds = (r: BlockRange) => [`(${r.from},0)`, `(${r.to},0)`];
+const IN_RANGE = 'e.ctid >= $1::tid AND e.ctid < $2::tid';
+
+/** How a batch runs: see batchSql. */
+interface BatchMode {
+  onlyMissing: boolean;
+  skipForeignKeyCheck: boolean;
+  /** Lock every event of the batch as it is read: when the batch before added rows (a fresh backfill). */
+  lockAll: boolean;
+}
+
 /**
- * One batch, one statement. The ranges are (lo, hi]: lo exclusive (empty = from the start), hi
- * inclusive (null = to the end).
+ * One batch, one statement.
  *
- * - Rows already there are left out by an anti-join on the primary key's range for the batch (one
- *   ordered index scan), which is much cheaper than ON CONFLICT's per-row speculative insertion.
+ * - The rows are derived in (event_id, name, value) order, one sort for DISTINCT ON, the anti-join
+ *   and the insert. The batch's ids are random, so its rows go to random leaves of event_tags'
+ *   primary key; in key order, consecutive inserts share the path down the index while it is in the
+ *   CPU's cache. Measured against hash order (1M-event database, alternated batches): 10-18%
+ *   less PostgreSQL CPU per batch.
+ * - Rows already there are left out by a merge anti-join against the rows of the batch's events,
+ *   fetched by one scan of event_tags' primary key (event_id = ANY of the events that have tags):
+ *   one index search per event. A probe per derived row measured the same on a second run; either
+ *   is far cheaper than ON CONFLICT's speculative insertion per row. On a fresh backfill the
+ *   searches find nothing and cost ~8% of a batch.
  * - The events that get new rows are locked FOR KEY SHARE, the lock the foreign-key check of each of
  *   their rows would take: a concurrent DELETE of one of them waits for this batch to commit, and
  *   its cascade then removes the rows just added; an event deleted meanwhile is skipped. So when the
  *   per-row check is skipped (session_replication_role = replica), no row can be left without its
  *   event. With `lockAll`, every event of the batch is locked as it is read (cheapest when most get
- *   rows: a fresh backfill); without, only those that get rows, looked up again (~3 µs more each),
- *   so that a batch with nothing to add (a second run) writes nothing at all: a lock writes to the
- *   event's page and to the WAL.
+ *   rows: a fresh backfill); without, only those that get rows, found again by ctid, so that a batch
+ *   with nothing to add (a second run) writes nothing at all: a lock writes to the event's page and
+ *   to the WAL.
  * - A row inserted meanwhile by another transaction (another backfill) makes the batch fail with a
  *   unique violation, and it is retried.
  */
-function rangeSql(onlyMissing: boolean, withNulEscapes: boolean, lockAll: boolean): string {
+function batchSql(mode: BatchMode, withNulEscapes: boolean): string {
+  const { onlyMissing, lockAll } = mode;
   const missing = onlyMissing ? 'AND NOT EXISTS (SELECT 1 FROM event_tags x WHERE x.event_id = e.id)' : '';
   const parseable = withNulEscapes ? 'strpos(b.raw, $3) = 0 AND' : '';
   return `WITH batch AS (
-      SELECT e.id, e.kind, e.created_at, e.raw FROM events e
-       WHERE e.id > $1 AND ($2::bytea IS NULL OR e.id <= $2) ${missing}
+      SELECT e.ctid, e.id, e.kind, e.created_at, e.raw FROM events e
+       WHERE ${IN_RANGE} ${missing}
        ${lockAll ? 'FOR KEY SHARE' : ''}
     ), derived AS (
-      SELECT DISTINCT b.id, t.tag->>0 AS name, t.tag->>1 AS value, b.kind, b.created_at
+      SELECT DISTINCT ON (b.id, t.tag->>0, t.tag->>1) b.id, t.tag->>0 AS name, t.tag->>1 AS value, b.kind, b.created_at
         FROM batch b CROSS JOIN LATERAL jsonb_array_elements((b.raw::jsonb)->'tags') AS t(tag)
        WHERE ${parseable} jsonb_array_length(t.tag) >= 2
          AND t.tag->>0 ~ '^[a-zA-Z]$' AND octet_length(t.tag->>1) <= ${MAX_INDEXED_TAG_VALUE_BYTES}
+       ORDER BY b.id, t.tag->>0, t.tag->>1
+    ), existing AS MATERIALIZED (
+      SELECT x.event_id, x.name, x.value FROM event_tags x
+       WHERE x.event_id = ANY (ARRAY(SELECT DISTINCT id FROM derived))
     ), new_rows AS (
       SELECT d.* FROM derived d
-       WHERE NOT EXISTS (
-         SELECT 1 FROM event_tags x
-          WHERE x.event_id = d.id AND x.name = d.name AND x.value = d.value
-            AND x.event_id > $1 AND ($2::bytea IS NULL OR x.event_id <= $2))
+       WHERE NOT EXISTS (SELECT 1 FROM existing x WHERE x.event_id = d.id AND x.name = d.name AND x.value = d.value)
     ), locked AS (
-      ${lockAll ? 'SELECT id FROM batch' : 'SELECT e.id FROM events e WHERE e.id = ANY (ARRAY(SELECT DISTINCT id FROM new_rows)) FOR KEY SHARE'}
+      ${lockAll ? 'SELECT id FROM batch' : 'SELECT e.id FROM events e WHERE e.ctid = ANY (ARRAY(SELECT b.ctid FROM batch b WHERE b.id IN (SELECT id FROM new_rows))) FOR KEY SHARE'}
     ), inserted AS (
       INSERT INTO event_tags (event_id, name, value, kind, created_at)
-      SELECT n.id, n.name, n.value, n.kind, n.created_at FROM new_rows n ${lockAll ? '' : 'WHERE n.id IN (SELECT id FROM locked)'}
+      SELECT n.id, n.name, n.value, n.kind, n.created_at FROM new_rows n
+       ${lockAll ? '' : 'WHERE n.id IN (SELECT id FROM locked)'}
+       ORDER BY n.id, n.name, n.value
       RETURNING 1
     )
     SELECT (SELECT count(*) FROM batch)::int AS events,
@@ -111,7 +154,7 @@ function rangeSql(onlyMissing: boolean, withNulEscapes: boolean, lockAll: boolea
 /**
  * Whether this connection may skip the per-row foreign-key check of event_tags (a superuser, or the
  * SET privilege on session_replication_role). The check is 40% of a tag row's cost; the batch's
- * FOR KEY SHARE lock keeps what it guarantees (see rangeSql).
+ * FOR KEY SHARE lock keeps what it guarantees (see batchSql).
  */
 async function maySkipForeignKeyCheck(pool: pg.Pool): Promise<boolean> {
   const client = await pool.connect();
@@ -128,12 +171,12 @@ async function maySkipForeignKeyCheck(pool: pg.Pool): Promise<boolean> {
 }
 
 /** The JS path: the rows SQL cannot parse (or a whole batch, if the SQL path failed on its data). */
-async function deriveInJs(pool: pg.Pool, lo: Buffer, hi: Buffer | null, onlyMissing: boolean, onlyNulEscapes: boolean): Promise<number> {
+async function deriveInJs(pool: pg.Pool, range: BlockRange, onlyMissing: boolean, onlyNulEscapes: boolean): Promise<number> {
   const { rows } = await pool.query<{ id: Buffer; kind: number; created_at: string; raw: string }>(
     `SELECT e.id, e.kind, e.created_at, e.raw FROM events e
-      WHERE e.id > $1 AND ($2::bytea IS NULL OR e.id <= $2) ${onlyNulEscapes ? 'AND strpos(e.raw, $3) > 0' : ''}
+      WHERE ${IN_RANGE} ${onlyNulEscapes ? 'AND strpos(e.raw, $3) > 0' : ''}
       ${onlyMissing ? 'AND NOT EXISTS (SELECT 1 FROM event_tags x WHERE x.event_id = e.id)' : ''}`,
-    onlyNulEscapes ? [lo, hi, NUL_ESCAPE] : [lo, hi],
+    onlyNulEscapes ? [...tidBounds(range), NUL_ESCAPE] : tidBounds(range),
   );
   const ids: Buffer[] = [], names: string[] = [], values: string[] = [], kinds: number[] = [], times: string[] = [];
   for (const r of rows) {
@@ -162,27 +205,18 @@ async function deriveInJs(pool: pg.Pool, lo: Buffer, hi: Buffer | null, onlyMiss
 const RETRYABLE = new Set(['23503', '23505', '40P01', '40001']);
 const isDataError = (err: unknown) => /^22/.test(String((err as { code?: string }).code ?? ''));
 
-/** How a batch runs: see rangeSql. */
-interface RangeMode {
-  onlyMissing: boolean;
-  skipForeignKeyCheck: boolean;
-  /** Lock every event of the batch as it is read: when the batch before added rows (a fresh backfill). */
-  lockAll: boolean;
-}
-
-async function backfillRange(pool: pg.Pool, lo: Buffer, hi: Buffer | null, mode: RangeMode, log?: Logger): Promise<BackfillCounts> {
-  const { onlyMissing, skipForeignKeyCheck, lockAll } = mode;
+async function backfillBlocks(pool: pg.Pool, range: BlockRange, mode: BatchMode, log?: Logger): Promise<BackfillCounts> {
   let withNulEscapes = false;
   for (let attempt = 1; ; attempt++) {
     try {
       const rows = await withTransaction(pool, async (client) => {
-        if (skipForeignKeyCheck) await client.query('SET LOCAL session_replication_role = replica');
-        const sql = rangeSql(onlyMissing, withNulEscapes, lockAll);
-        return (await client.query<{ events: number; tag_rows: number; by_hand: number }>(sql, withNulEscapes ? [lo, hi, NUL_ESCAPE] : [lo, hi])).rows;
+        if (mode.skipForeignKeyCheck) await client.query('SET LOCAL session_replication_role = replica');
+        const sql = batchSql(mode, withNulEscapes);
+        return (await client.query<{ events: number; tag_rows: number; by_hand: number }>(sql, withNulEscapes ? [...tidBounds(range), NUL_ESCAPE] : tidBounds(range))).rows;
       });
       const { events, by_hand } = rows[0];
       let tagRows = rows[0].tag_rows;
-      if (by_hand > 0) tagRows += await deriveInJs(pool, lo, hi, onlyMissing, true);
+      if (by_hand > 0) tagRows += await deriveInJs(pool, range, mode.onlyMissing, true);
       return { events, tagRows };
     } catch (err) {
       const code = (err as { code?: string }).code ?? '';
@@ -192,12 +226,9 @@ async function backfillRange(pool: pg.Pool, lo: Buffer, hi: Buffer | null, mode:
       }
       if (isDataError(err)) {
         // Some raw text jsonb refuses for another reason: derive this whole range in JS instead.
-        log?.warn({ err: (err as Error).message, after: lo.toString('hex') }, 'backfill: batch not parseable as jsonb, deriving in JS');
-        const { rows } = await pool.query<{ n: number }>(
-          'SELECT count(*)::int AS n FROM events e WHERE e.id > $1 AND ($2::bytea IS NULL OR e.id <= $2)',
-          [lo, hi],
-        );
-        return { events: rows[0].n, tagRows: await deriveInJs(pool, lo, hi, onlyMissing, false) };
+        log?.warn({ err: (err as Error).message, ...range }, 'backfill: batch not parseable as jsonb, deriving in JS');
+        const { rows } = await pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM events e WHERE ${IN_RANGE}`, tidBounds(range));
+        return { events: rows[0].n, tagRows: await deriveInJs(pool, range, mode.onlyMissing, false) };
       }
       if (!RETRYABLE.has(code) || attempt >= 5) throw err;
       log?.debug({ code, attempt }, 'backfill: retrying a batch after a conflict with concurrent writes');
@@ -205,36 +236,83 @@ async function backfillRange(pool: pg.Pool, lo: Buffer, hi: Buffer | null, mode:
   }
 }
 
-/** The upper end of the batch that starts after `lo`: the batchSize-th id, or null for "to the end". */
-async function nextBoundary(pool: pg.Pool, lo: Buffer, batchSize: number): Promise<Buffer | null> {
-  const { rows } = await pool.query<{ id: Buffer }>('SELECT id FROM events WHERE id > $1 ORDER BY id OFFSET $2 LIMIT 1', [lo, batchSize - 1]);
-  return rows[0]?.id ?? null;
+/** The heap of `events` as the run starts: its size in blocks, its file, its events per block. */
+interface Heap {
+  blocks: number;
+  /** Changes when the table is rewritten (VACUUM FULL, CLUSTER): block numbers then mean nothing. */
+  filenode: string;
+  eventsPerBlock: number;
+}
+
+async function readHeap(pool: pg.Pool): Promise<Heap> {
+  const { rows } = await pool.query<{ blocks: string; filenode: string; per_block: number | null }>(
+    `SELECT pg_relation_size(c.oid) / current_setting('block_size')::bigint AS blocks,
+            pg_relation_filenode(c.oid)::text AS filenode,
+            CASE WHEN c.relpages > 0 AND c.reltuples > 0 THEN c.reltuples / c.relpages END AS per_block
+       FROM pg_class c WHERE c.oid = 'events'::regclass`,
+  );
+  const blocks = Number(rows[0].blocks);
+  const eventsPerBlock = rows[0].per_block ?? (blocks > 0 ? (await estimatedEvents(pool)) / blocks : 0);
+  return { blocks, filenode: rows[0].filenode, eventsPerBlock };
+}
+
+/**
+ * The checkpoint's position: the next block to do, and the table's file it counts blocks in.
+ * Earlier versions saved an event id (batches by id range), which no block number can stand for.
+ */
+const positionText = (nextBlock: number, heap: Heap) => `block ${nextBlock} of relfilenode ${heap.filenode}`;
+const POSITION = /^block (\d+) of relfilenode (\d+)$/;
+
+/** Where to start: the saved block, unless the checkpoint cannot be used (then from block 0). */
+async function readStart(pool: pg.Pool, heap: Heap, log?: Logger): Promise<{ block: number; counts: BackfillCounts } | undefined> {
+  const checkpoint = await readCheckpoint<BackfillCounts>(pool, BACKFILL_CHECKPOINT);
+  if (!checkpoint) return undefined;
+  const match = POSITION.exec(checkpoint.position);
+  if (!match) {
+    log?.warn({ position: checkpoint.position }, 'backfill: the checkpoint is from an earlier version (an id, not a heap block) and cannot be resumed: starting from the first block');
+    return undefined;
+  }
+  if (match[2] !== heap.filenode) {
+    log?.warn({ position: checkpoint.position }, 'backfill: events was rewritten (VACUUM FULL, CLUSTER) since the checkpoint: starting from the first block');
+    return undefined;
+  }
+  const counts = { events: checkpoint.counts.events ?? 0, tagRows: checkpoint.counts.tagRows ?? 0 };
+  return { block: Number(match[1]), counts };
 }
 
 export async function backfillTags(pool: pg.Pool, options: BackfillOptions = {}): Promise<BackfillResult> {
-  const batchSize = options.batchSize ?? 5000;
   const concurrency = Math.max(1, options.concurrency ?? 2);
   const onlyMissing = options.onlyMissing ?? false;
   const progress = options.progress ?? noProgress;
   const started = Date.now();
 
   if (options.restart) await clearCheckpoint(pool, BACKFILL_CHECKPOINT);
-  const checkpoint = await readCheckpoint<BackfillCounts>(pool, BACKFILL_CHECKPOINT);
-  const counts: BackfillCounts = { events: checkpoint?.counts.events ?? 0, tagRows: checkpoint?.counts.tagRows ?? 0 };
-  let position: Buffer = Buffer.from(checkpoint?.position ?? '', 'hex');
-  if (checkpoint) options.log?.info({ after: checkpoint.position, ...counts }, 'backfill: resuming from checkpoint');
+  const heap = await readHeap(pool);
+  const batchBlocks = Math.max(1, options.batchBlocks ?? Math.round((options.batchSize ?? 5000) / Math.max(heap.eventsPerBlock, 1e-3)));
+  const start = await readStart(pool, heap, options.log);
+  const counts: BackfillCounts = { ...(start?.counts ?? { events: 0, tagRows: 0 }) };
+  const startCounts = { ...counts };
+  let position = start?.block ?? 0; // every block before it is done
+  if (start) options.log?.info({ block: position, of: heap.blocks, ...counts }, 'backfill: resuming from checkpoint');
 
-  progress.setTotal(await estimatedEvents(pool));
   const skipForeignKeyCheck = await maySkipForeignKeyCheck(pool);
-  let lastAddedRows = true;
-  progress.update(counts.events);
+  // Whether the batch before added rows decides how the next one locks (see batchSql); before any,
+  // the way that locks nothing needlessly: a second run must not write, a fresh one loses little.
+  let lastAddedRows = false;
+  // Events are counted as they are done; the total, known only in blocks, is extrapolated from the
+  // events per block done so far (the table's estimate before the first batch).
+  const updateProgress = () => {
+    const perBlock = position > 0 ? counts.events / position : heap.eventsPerBlock;
+    progress.setTotal(Math.round(counts.events + perBlock * Math.max(0, heap.blocks - position)));
+    progress.update(counts.events);
+  };
+  updateProgress();
 
-  // Ranges are cut one after the other and run `concurrency` at a time; the checkpoint only moves
-  // past a range once every range before it is done, so a crash never skips one.
-  interface Running { hi: Buffer | null; done: Promise<BackfillCounts> }
+  // Block ranges are cut one after the other and run `concurrency` at a time; the checkpoint only
+  // moves past a range once every range before it is done, so a crash never skips one.
+  interface Running { range: BlockRange; done: Promise<BackfillCounts> }
   const running: Running[] = [];
-  let cutFrom: Buffer = position;
-  let cutAll = false;
+  let cutFrom = position;
   let batches = 0;
   const stopped = () => options.signal?.aborted || (options.maxBatches !== undefined && batches >= options.maxBatches);
 
@@ -244,24 +322,20 @@ export async function backfillTags(pool: pg.Pool, options: BackfillOptions = {})
     lastAddedRows = c.tagRows > 0;
     counts.events += c.events;
     counts.tagRows += c.tagRows;
-    if (oldest.hi) {
-      position = oldest.hi;
-      await saveCheckpoint(pool, BACKFILL_CHECKPOINT, position.toString('hex'), counts);
-    }
-    progress.update(counts.events);
+    position = oldest.range.to;
+    await saveCheckpoint(pool, BACKFILL_CHECKPOINT, positionText(position, heap), counts);
+    updateProgress();
   };
 
   try {
-    while (!cutAll || running.length) {
-      while (!cutAll && running.length < concurrency && !stopped()) {
-        const lo = cutFrom;
-        const hi = await nextBoundary(pool, lo, batchSize);
-        const done = backfillRange(pool, lo, hi, { onlyMissing, skipForeignKeyCheck, lockAll: lastAddedRows }, options.log);
+    while (cutFrom < heap.blocks || running.length) {
+      while (cutFrom < heap.blocks && running.length < concurrency && !stopped()) {
+        const range = { from: cutFrom, to: Math.min(cutFrom + batchBlocks, heap.blocks) };
+        const done = backfillBlocks(pool, range, { onlyMissing, skipForeignKeyCheck, lockAll: lastAddedRows }, options.log);
         done.catch(() => undefined); // awaited in order below; this only prevents an unhandled rejection
-        running.push({ hi, done });
+        running.push({ range, done });
         batches++;
-        if (hi) cutFrom = hi;
-        else cutAll = true;
+        cutFrom = range.to;
       }
       if (running.length === 0) break; // stopped before cutting the rest
       await finishOldest();
@@ -272,13 +346,14 @@ export async function backfillTags(pool: pg.Pool, options: BackfillOptions = {})
     progress.stop();
   }
 
-  const complete = cutAll;
+  const complete = position >= heap.blocks;
   if (complete) await clearCheckpoint(pool, BACKFILL_CHECKPOINT);
   return {
     ...counts,
     complete,
-    resumedAfter: checkpoint?.position,
-    eventsThisRun: counts.events - (checkpoint?.counts.events ?? 0),
+    resumedAtBlock: start?.block,
+    blocks: heap.blocks,
+    eventsThisRun: counts.events - startCounts.events,
     batches,
     seconds: (Date.now() - started) / 1000,
   };

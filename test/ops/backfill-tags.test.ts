@@ -1,6 +1,7 @@
+import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { backfillTags, BACKFILL_CHECKPOINT } from '../../src/ops/backfill-tags.js';
-import { readCheckpoint } from '../../src/ops/checkpoint.js';
+import { readCheckpoint, saveCheckpoint } from '../../src/ops/checkpoint.js';
 import type { NostrEvent } from '../../src/nostr/event.js';
 import { indexedTags } from '../../src/nostr/tags.js';
 import type { Database } from '../../src/store/database.js';
@@ -47,6 +48,30 @@ async function reset(events: NostrEvent[]): Promise<void> {
   await db.pool.query('TRUNCATE event_tags');
 }
 
+/** The heap block of every stored event, by id (hex). */
+async function blockOf(): Promise<Map<string, number>> {
+  const { rows } = await db.pool.query<{ id: string; block: number }>("SELECT encode(id, 'hex') AS id, (ctid::text::point)[0]::int AS block FROM events");
+  return new Map(rows.map((r) => [r.id, r.block]));
+}
+
+async function heapBlocks(): Promise<number> {
+  const { rows } = await db.pool.query<{ n: number }>("SELECT (pg_relation_size('events') / current_setting('block_size')::int)::int AS n");
+  return rows[0].n;
+}
+
+/** Events of a few hundred bytes each: about a dozen fill a heap block. */
+const manyEvents = (n: number, label: string) =>
+  Array.from({ length: n }, (_, i) =>
+    unsignedEvent({ kind: [1, 7, 6][i % 3], created_at: 1_700_000_000 + i, content: `${label}${i} ${'x'.repeat(200)}`, tags: [['t', `h${i % 11}`], ['p', `p${i % 13}`], ['e', `${label}${i}`]] }),
+  );
+
+/** A logger whose lines the test can read. */
+function capturedLog() {
+  const lines: Array<{ level: number; msg: string }> = [];
+  const log = pino({ level: 'debug' }, { write: (line: string) => void lines.push(JSON.parse(line)) });
+  return { log, lines };
+}
+
 describe('backfill-tags', () => {
   it('derives exactly the rows of the tag rule, at every edge of it', async () => {
     const events = [
@@ -59,7 +84,7 @@ describe('backfill-tags', () => {
       unsignedEvent({ tags: [] }),
     ];
     await reset(events);
-    const result = await backfillTags(db.pool, { batchSize: 2 });
+    const result = await backfillTags(db.pool, { batchBlocks: 1 });
     expect(result).toMatchObject({ complete: true, events: events.length });
     const rows = await tagRows(db.pool);
     expect(rows).toEqual(expectedRows(events));
@@ -73,57 +98,171 @@ describe('backfill-tags', () => {
     await store(db.pool, events);
     const written = await tagRows(db.pool);
     await db.pool.query('TRUNCATE event_tags');
-    await backfillTags(db.pool, { batchSize: 7 });
+    await backfillTags(db.pool, { batchBlocks: 1 });
     expect(await tagRows(db.pool)).toEqual(written);
   });
 
-  it('keeps existing rows and adds nothing on a second run', async () => {
-    const events = Array.from({ length: 20 }, (_, i) => unsignedEvent({ content: `again ${i}`, tags: [['t', `v${i}`]] }));
+  it('keeps existing rows, and a second run adds nothing and locks nothing', async () => {
+    const events = manyEvents(150, 'again');
     await reset(events);
-    const first = await backfillTags(db.pool, { batchSize: 6 });
-    const second = await backfillTags(db.pool, { batchSize: 6 });
-    expect(first.tagRows).toBe(20);
-    expect(second).toMatchObject({ complete: true, events: 20, tagRows: 0 });
+    const first = await backfillTags(db.pool, { batchBlocks: 1 });
+    expect(first.tagRows).toBe(expectedRows(events).length);
+    // A row lock writes the locker into the event's xmax: a second run must leave every one as it is.
+    const lockers = async () => (await db.pool.query<{ r: string }>('SELECT ctid::text || xmax::text AS r FROM events ORDER BY ctid')).rows.map((x) => x.r);
+    const before = await lockers();
+    const second = await backfillTags(db.pool, { batchBlocks: 1 });
+    expect(second).toMatchObject({ complete: true, events: 150, tagRows: 0 });
+    expect(second.batches).toBeGreaterThan(2);
+    expect(await lockers()).toEqual(before);
     expect(await tagRows(db.pool)).toEqual(expectedRows(events));
   });
 
-  it('interrupted midway and resumed, yields exactly the rows of an uninterrupted run', async () => {
-    const events = Array.from({ length: 300 }, (_, i) =>
-      unsignedEvent({ kind: [1, 7, 6][i % 3], created_at: 1_700_000_000 + i, content: `e${i}`, tags: [['t', `h${i % 11}`], ['p', `p${i % 13}`], ['e', `e${i}`]] }),
-    );
+  it('takes the events in batches of consecutive heap blocks', async () => {
+    const events = manyEvents(300, 'b');
     await reset(events);
-    const whole = await backfillTags(db.pool, { batchSize: 25 });
-    expect(whole.complete).toBe(true);
+    const blocks = await heapBlocks();
+    expect(blocks).toBeGreaterThan(6);
+    const part = await backfillTags(db.pool, { batchBlocks: 2, concurrency: 1, maxBatches: 3 });
+    expect(part).toMatchObject({ complete: false, batches: 3, blocks });
+    // Exactly the events of blocks 0-5 have their rows, whatever their ids.
+    const block = await blockOf();
+    const done = events.filter((e) => block.get(e.id)! < 6);
+    expect(done.length).toBeGreaterThan(0);
+    expect(done.length).toBeLessThan(events.length);
+    expect(part.events).toBe(done.length);
+    expect(await tagRows(db.pool)).toEqual(expectedRows(done));
+    expect((await readCheckpoint(db.pool, BACKFILL_CHECKPOINT))?.position).toMatch(/^block 6 of relfilenode \d+$/);
+  });
+
+  it('turns batchSize (events) into heap blocks by the events per block', async () => {
+    const events = manyEvents(300, 'size');
+    await reset(events);
+    await db.pool.query('ANALYZE events');
+    const blocks = await heapBlocks();
+    const result = await backfillTags(db.pool, { batchSize: Math.ceil((2 * events.length) / blocks) });
+    expect(result.complete).toBe(true);
+    expect(result.batches).toBeGreaterThanOrEqual(Math.floor(blocks / 2) - 1);
+    expect(result.batches).toBeLessThanOrEqual(Math.ceil(blocks / 2) + 1);
+    expect(await tagRows(db.pool)).toEqual(expectedRows(events));
+  });
+
+  it('interrupted midway and resumed at the saved block, yields exactly the rows of an uninterrupted run', async () => {
+    const events = manyEvents(300, 'e');
+    await reset(events);
+    const whole = await backfillTags(db.pool, { batchBlocks: 1 });
+    expect(whole).toMatchObject({ complete: true, batches: await heapBlocks() });
     const uninterrupted = await tagRows(db.pool);
     expect(uninterrupted).toEqual(expectedRows(events));
 
     await db.pool.query('TRUNCATE event_tags');
-    const part = await backfillTags(db.pool, { batchSize: 25, concurrency: 2, maxBatches: 5 });
+    const part = await backfillTags(db.pool, { batchBlocks: 1, concurrency: 2, maxBatches: 5 });
     expect(part.complete).toBe(false);
     const saved = await readCheckpoint<{ events: number }>(db.pool, BACKFILL_CHECKPOINT);
-    expect(saved?.counts.events).toBe(125);
+    expect(saved?.position).toMatch(/^block 5 of relfilenode \d+$/);
+    const block = await blockOf();
+    const inFirstFive = events.filter((e) => block.get(e.id)! < 5).length;
+    expect(saved?.counts.events).toBe(inFirstFive);
     const partial = await tagRows(db.pool);
     expect(partial.length).toBeGreaterThan(0);
     expect(partial.length).toBeLessThan(uninterrupted.length);
 
-    const rest = await backfillTags(db.pool, { batchSize: 25, concurrency: 2 });
-    expect(rest).toMatchObject({ complete: true, resumedAfter: saved!.position, events: 300, eventsThisRun: 175 });
+    const rest = await backfillTags(db.pool, { batchBlocks: 1, concurrency: 2 });
+    expect(rest).toMatchObject({ complete: true, resumedAtBlock: 5, events: 300, eventsThisRun: 300 - inFirstFive });
     expect(rest.tagRows).toBe(uninterrupted.length);
     expect(await tagRows(db.pool)).toEqual(uninterrupted);
     expect(await readCheckpoint(db.pool, BACKFILL_CHECKPOINT)).toBeUndefined();
   });
 
+  it('ignores a checkpoint of the id-based version, says so, and does the whole table', async () => {
+    const events = manyEvents(60, 'old');
+    await reset(events);
+    // What the earlier version saved: the last id of the ranges it had done, in hex.
+    const ids = events.map((e) => e.id).sort();
+    await saveCheckpoint(db.pool, BACKFILL_CHECKPOINT, ids[29], { events: 30, tagRows: 90 });
+    const { log, lines } = capturedLog();
+    const result = await backfillTags(db.pool, { batchBlocks: 1, log });
+    expect(result).toMatchObject({ complete: true, resumedAtBlock: undefined, events: 60, eventsThisRun: 60 });
+    expect(result.tagRows).toBe(expectedRows(events).length);
+    expect(await tagRows(db.pool)).toEqual(expectedRows(events));
+    expect(lines.some((l) => l.level === 40 && /earlier version/.test(l.msg))).toBe(true);
+  });
+
+  it('starts over when events was rewritten since the checkpoint (block numbers changed)', async () => {
+    const events = manyEvents(300, 'vf');
+    await reset(events);
+    await backfillTags(db.pool, { batchBlocks: 1, concurrency: 1, maxBatches: 3 });
+    await db.pool.query('TRUNCATE event_tags');
+    await db.pool.query('VACUUM FULL events');
+    const { log, lines } = capturedLog();
+    const result = await backfillTags(db.pool, { batchBlocks: 1, log });
+    expect(result).toMatchObject({ complete: true, resumedAtBlock: undefined, events: 300 });
+    expect(await tagRows(db.pool)).toEqual(expectedRows(events));
+    expect(lines.some((l) => l.level === 40 && /rewritten/.test(l.msg))).toBe(true);
+  });
+
+  it('events the relay stores meanwhile, also into free space of earlier blocks, keep exactly their rows', async () => {
+    const first = manyEvents(300, 'live');
+    await reset(first);
+    // Free space in the first blocks, recorded by VACUUM, where new events then go.
+    const block = await blockOf();
+    const removed = first.filter((e, i) => block.get(e.id)! < 8 && i % 2 === 0);
+    await db.pool.query('DELETE FROM events WHERE id = ANY ($1)', [removed.map((e) => Buffer.from(e.id, 'hex'))]);
+    await db.pool.query('VACUUM events');
+    const blocks = await heapBlocks();
+    const later: NostrEvent[] = [];
+    const writes: Array<Promise<void>> = [];
+    const progress = {
+      setTotal() {},
+      stop() {},
+      update() {
+        // Between batches, while the next ones run.
+        const events = manyEvents(4, `meanwhile${writes.length}-`);
+        later.push(...events);
+        writes.push(store(db.pool, events));
+      },
+    };
+    const result = await backfillTags(db.pool, { batchBlocks: 1, concurrency: 2, progress });
+    await Promise.all(writes);
+    expect(result.complete).toBe(true);
+    const after = await blockOf();
+    const stored = later.filter((e) => after.has(e.id));
+    expect(stored.length).toBe(later.length);
+    expect(stored.some((e) => after.get(e.id)! < blocks)).toBe(true);
+    const kept = first.filter((e) => !removed.includes(e));
+    expect(await tagRows(db.pool)).toEqual(expectedRows([...kept, ...later]));
+  });
+
+  it('reports events as progress, with a total extrapolated from the blocks done that ends exact', async () => {
+    const events = manyEvents(300, 'pr');
+    await reset(events);
+    // Statistics that overstate the table: the first total is an estimate of 300. (Too few rows
+    // deleted for autovacuum to analyse it again meanwhile.)
+    await db.pool.query('ANALYZE events');
+    await db.pool.query("DELETE FROM events WHERE (ctid::text::point)[1]::int % 5 = 0");
+    const left = (await db.pool.query<{ n: number }>('SELECT count(*)::int AS n FROM events')).rows[0].n;
+    const seen: Array<{ done: number; total: number }> = [];
+    let total = 0;
+    const progress = { setTotal(t: number) { total = t; }, stop() {}, update(done: number) { seen.push({ done, total }); } };
+    await backfillTags(db.pool, { batchBlocks: 2, progress });
+    expect(seen.length).toBeGreaterThan(3);
+    expect(seen[0]).toEqual({ done: 0, total: 300 });
+    expect(seen.at(-1)).toEqual({ done: left, total: left });
+    // From the first batch on, the total follows the events per block actually met.
+    for (const s of seen.slice(1)) expect(Math.abs(s.total - left)).toBeLessThan(left * 0.1);
+    for (const s of seen) expect(s.done).toBeLessThanOrEqual(s.total);
+  });
+
   it('stops after the batches in flight when its signal is aborted, and resumes', async () => {
-    const events = Array.from({ length: 120 }, (_, i) => unsignedEvent({ content: `s${i}`, tags: [['t', `s${i}`]] }));
+    const events = manyEvents(120, 's');
     await reset(events);
     const controller = new AbortController();
     let updates = 0;
     const progress = { setTotal() {}, stop() {}, update() { if (++updates === 2) controller.abort(); } };
-    const part = await backfillTags(db.pool, { batchSize: 10, concurrency: 1, signal: controller.signal, progress });
-    expect(part.complete).toBe(false);
+    const part = await backfillTags(db.pool, { batchBlocks: 1, concurrency: 1, signal: controller.signal, progress });
+    expect(part).toMatchObject({ complete: false, batches: 1 });
     expect(part.events).toBeLessThan(120);
-    const rest = await backfillTags(db.pool, { batchSize: 10 });
-    expect(rest).toMatchObject({ complete: true, events: 120, tagRows: 120 });
+    const rest = await backfillTags(db.pool, { batchBlocks: 1 });
+    expect(rest).toMatchObject({ complete: true, resumedAtBlock: 1, events: 120, tagRows: expectedRows(events).length });
     expect(await tagRows(db.pool)).toEqual(expectedRows(events));
   });
 
@@ -148,7 +287,7 @@ describe('backfill-tags', () => {
     const ordinary = await ordinaryRolePool(db);
     if (!ordinary) return; // the test server does not let us create a role: nothing to compare
     try {
-      const result = await backfillTags(ordinary.pool, { batchSize: 7 });
+      const result = await backfillTags(ordinary.pool, { batchBlocks: 1 });
       expect(result).toMatchObject({ complete: true, events: events.length });
       expect(await tagRows(db.pool)).toEqual(expectedRows(events));
     } finally {
@@ -157,12 +296,12 @@ describe('backfill-tags', () => {
   });
 
   it('restart ignores a saved checkpoint', async () => {
-    const events = Array.from({ length: 30 }, (_, i) => unsignedEvent({ content: `r${i}`, tags: [['t', `r${i}`]] }));
+    const events = manyEvents(100, 'r');
     await reset(events);
-    await backfillTags(db.pool, { batchSize: 10, concurrency: 1, maxBatches: 2 });
+    await backfillTags(db.pool, { batchBlocks: 1, concurrency: 1, maxBatches: 2 });
     await db.pool.query('TRUNCATE event_tags');
-    const result = await backfillTags(db.pool, { batchSize: 10, restart: true });
-    expect(result.resumedAfter).toBeUndefined();
+    const result = await backfillTags(db.pool, { batchBlocks: 1, restart: true });
+    expect(result).toMatchObject({ resumedAtBlock: undefined, events: 100 });
     expect(await tagRows(db.pool)).toEqual(expectedRows(events));
   });
 });
