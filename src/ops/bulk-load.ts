@@ -21,7 +21,8 @@
 //      naming one version by id, then older versions arriving), which a set-based copy would have
 //      to reproduce case by case and keep in step with planBatch; planning costs ~0.3 µs an event.
 //   4. Delete the stored versions the chunk replaces; COPY the planned events into `events` and
-//      their tag rows into `event_tags`; apply the kind 5s to stored events.
+//      their tag rows into `event_tags` (EventRows, copyRows: binary COPY, which the empty-target
+//      load of empty-target-load.ts uses too); apply the kind 5s to stored events.
 // Every step but the inserts is writeBatch's own function (takeLocks, readFacts, deleteReplaced,
 // applyDeletions).
 // Everything happens under the locks, so the plan is exact: no ON CONFLICT is needed, and a COPY
@@ -39,6 +40,7 @@ import { pipeline } from 'node:stream/promises';
 import type pg from 'pg';
 import { from as copyFrom } from 'pg-copy-streams';
 import { planBatch } from '../store/plan-batch.js';
+import { BinaryCopyWriter } from './binary-copy.js';
 import { applyDeletions, deleteReplaced, readFacts, takeLocks, writeBatch, type PreparedEvent, type WriteResult } from '../store/write.js';
 
 /**
@@ -81,34 +83,57 @@ export async function bulkOptions(pool: pg.Pool): Promise<BulkOptions> {
   }
 }
 
-/** COPY text format: backslash, tab, newline and carriage return are escaped; nothing else is special. */
-function copyText(value: string): string {
-  return /[\\\t\n\r]/.test(value) ? value.replace(/\\/g, '\\\\').replace(/\t/g, '\\t').replace(/\n/g, '\\n').replace(/\r/g, '\\r') : value;
+/** The COPY data of some events (binary-copy.ts): for `events`, and for `event_tags` (their tag rows). */
+export interface EncodedRows {
+  events: Uint8Array;
+  tags: Uint8Array;
+  /** How many rows each holds. */
+  eventRows: number;
+  tagRows: number;
 }
 
-async function copyRows(client: pg.PoolClient, sql: string, rows: string[]): Promise<void> {
-  if (rows.length) await pipeline(Readable.from(rows), client.query(copyFrom(sql)));
-}
+/**
+ * Encodes prepared events and their tag rows (the rows prepareEvent gives, as for published events)
+ * as they are added, so the caller need not keep them.
+ */
+export class EventRows {
+  private readonly events: BinaryCopyWriter;
+  private readonly tags: BinaryCopyWriter;
+  private eventRows = 0;
+  private tagRows = 0;
 
-/** COPY data for the events and their tag rows, in pieces of ~256 rows (one string each). */
-function copyData(inserts: PreparedEvent[]): { events: string[]; tags: string[] } {
-  const events: string[] = [];
-  const tags: string[] = [];
-  let eventPiece = '';
-  let tagPiece = '';
-  inserts.forEach((p, i) => {
+  constructor(expected = 1000) {
+    this.events = new BinaryCopyWriter(expected * 1024);
+    this.tags = new BinaryCopyWriter(expected * 256);
+  }
+
+  add(p: PreparedEvent): void {
     const e = p.event;
-    eventPiece += `\\\\x${e.id}\t\\\\x${e.pubkey}\t${e.kind}\t${e.created_at}\t${p.dTag === null ? '\\N' : copyText(p.dTag)}\t${p.expiresAt ?? '\\N'}\t${copyText(p.raw)}\n`;
-    for (const [name, value] of p.tags) tagPiece += `\\\\x${e.id}\t${name}\t${copyText(value)}\t${e.kind}\t${e.created_at}\n`;
-    if (i % 256 === 255) {
-      events.push(eventPiece);
-      if (tagPiece) tags.push(tagPiece);
-      eventPiece = tagPiece = '';
-    }
-  });
-  if (eventPiece) events.push(eventPiece);
-  if (tagPiece) tags.push(tagPiece);
-  return { events, tags };
+    const id = Buffer.from(e.id, 'hex');
+    this.events.row(7).bytes(id).hex(e.pubkey).int4(e.kind).int8(e.created_at).text(p.dTag).int8(p.expiresAt).text(p.raw);
+    for (const [name, value] of p.tags) this.tags.row(5).bytes(id).text(name).text(value).int4(e.kind).int8(e.created_at);
+    this.eventRows++;
+    this.tagRows += p.tags.length;
+  }
+
+  finish(): EncodedRows {
+    return { events: this.events.finish(), tags: this.tags.finish(), eventRows: this.eventRows, tagRows: this.tagRows };
+  }
+}
+
+async function copyIn(client: pg.PoolClient, sql: string, data: Uint8Array): Promise<void> {
+  await pipeline(Readable.from([data]), client.query(copyFrom(sql)));
+}
+
+/** COPYs encoded rows into `events` and `event_tags`, on a client inside a transaction. */
+export async function copyRows(client: pg.PoolClient, rows: EncodedRows, options: BulkOptions): Promise<void> {
+  if (rows.eventRows === 0) return;
+  await copyIn(client, 'COPY events (id, pubkey, kind, created_at, d_tag, expires_at, raw) FROM STDIN (FORMAT binary)', rows.events);
+  if (rows.tagRows === 0) return;
+  if (options.skipTagForeignKeyCheck) await client.query('SET LOCAL session_replication_role = replica');
+  await copyIn(client, 'COPY event_tags (event_id, name, value, kind, created_at) FROM STDIN (FORMAT binary)', rows.tags);
+  // Back to normal before any DELETE: the cascade to event_tags is a trigger too.
+  if (options.skipTagForeignKeyCheck) await client.query('SET LOCAL session_replication_role = origin');
 }
 
 /** What the next chunk needs to know about one attempt at writing a chunk. */
@@ -203,14 +228,9 @@ export class BulkWriter {
       const plan = planBatch(chunk, facts);
 
       await deleteReplaced(client, plan);
-      const data = copyData(plan.inserts);
-      await copyRows(client, 'COPY events (id, pubkey, kind, created_at, d_tag, expires_at, raw) FROM STDIN', data.events);
-      if (data.tags.length) {
-        if (this.options.skipTagForeignKeyCheck) await client.query('SET LOCAL session_replication_role = replica');
-        await copyRows(client, 'COPY event_tags (event_id, name, value, kind, created_at) FROM STDIN', data.tags);
-        // Back to normal before any DELETE: the cascade to event_tags is a trigger too.
-        if (this.options.skipTagForeignKeyCheck) await client.query('SET LOCAL session_replication_role = origin');
-      }
+      const rows = new EventRows(plan.inserts.length);
+      for (const p of plan.inserts) rows.add(p);
+      await copyRows(client, rows.finish(), this.options);
       await applyDeletions(client, plan.deletions);
 
       // Commit only after the chunk before: if it failed, its rows are not there and this plan is void.

@@ -1,10 +1,9 @@
 // import-nostream: load a nostream database into ours. nostream keeps one row per event in its
-// `events` table (binary id, pubkey and signature, tags as jsonb, soft deletion in deleted_at,
-// NIP-40 expiry in expires_at). Rows are read in event_id order, in keyset batches (the next batch is
-// fetched while the current ones are written), each event rebuilt from its columns and checked like
-// an EVENT message, and written by the bulk path (bulk-load.ts: the relay's own rules and locks, rows
-// by COPY), so replaceable/addressable and NIP-09 rules apply exactly as for live events. The
-// position is checkpointed after every batch.
+// `events` table (nostream-source.ts reads it). Rows are read in event_id order, in keyset batches (the
+// next batch is fetched while the current ones are written), each event rebuilt from its columns and
+// checked like an EVENT message (checkRows), and written by the bulk path (bulk-load.ts: the relay's
+// own rules and locks, rows by COPY), so replaceable/addressable and NIP-09 rules apply exactly as for
+// live events. The position is checkpointed after every batch.
 //
 // - Soft-deleted rows (deleted_at set) are not imported, and if our store already holds one (an
 //   earlier run, or a client republishing it) it is removed: deleted stays deleted. The kind 5 that
@@ -13,31 +12,34 @@
 // - The id is recomputed from the columns (jsonb keeps array order and decodes escapes, so tags come
 //   back exactly); a row whose columns do not hash to its event_id is counted invalid. Signatures were
 //   verified by nostream when the events arrived, so they are checked only with `verifier`.
+//
+// With `emptyTarget` (moving to a new relay before it opens), the same rows, checked the same way,
+// go in two phases (nostream-phases.ts decides which row goes where):
+//   1. Every event that no other event of the source bears on, except a kind 5 deleting it (regular
+//      events, and replaceable/addressable ones that are the only row of their address), is loaded
+//      in one transaction into the empty store (empty-target-load.ts: secondary indexes built once at
+//      the end), while the next batches are read and checked. All or nothing.
+//   2. The rest (kind 5s, 62s, gift wraps, and the versions of addresses with several rows) goes
+//      through the ordered bulk path above, in event_id order, resumable. A kind 5 there deletes the
+//      phase 1 events it names, which is where the event-by-event order leaves them too: deleted
+//      whether they came before the kind 5 (stored, then deleted) or after it (refused).
+// The final rows are those of the normal mode (a test compares them column for column). The counts
+// differ in one place: an event of phase 1 named by a kind 5 is counted accepted (loaded, then
+// deleted), where the normal mode counts it rejected when the kind 5 comes first.
 import type pg from 'pg';
 import type { Logger } from '../log.js';
-import { computeEventId, parseEvent } from '../nostr/event.js';
-import { isEphemeral } from '../nostr/kinds.js';
-import { expirationOf } from '../nostr/tags.js';
 import type { Limits } from '../relay/limits.js';
-import { checkEventPolicy } from '../relay/policy.js';
 import type { SignatureVerifier } from '../relay/verifier.js';
-import { prepareEvent } from '../store/write.js';
 import { clearCheckpoint, readCheckpoint, saveCheckpoint } from './checkpoint.js';
 import { bulkOptions } from './bulk-load.js';
-import { countReason, emptyCounts, ImportWriter, type ImportCounts, type ImportItem } from './import-batch.js';
-import { EPHEMERAL_NOT_STORED } from './import-jsonl.js';
+import { EmptyTargetLoad } from './empty-target-load.js';
+import { ImportWriter, type ImportItem } from './import-batch.js';
+import { addCounts, checkRows, emptyNostreamCounts, type NostreamCounts } from './nostream-check.js';
+import { bulkBatch, OrderedRows, type BulkBatch } from './nostream-phases.js';
+import { keysetBatches, nostreamTable, streamedBatches, type NostreamTable, type SourceBatch, type SourceRow } from './nostream-source.js';
 import { estimatedEvents, noProgress, type Progress } from './progress.js';
 
-export interface NostreamCounts extends ImportCounts {
-  /** Rows read from nostream. */
-  read: number;
-  /** Rows with deleted_at set: not imported. */
-  softDeleted: number;
-  /** Of those, events our store held and that were removed. */
-  removed: number;
-  /** Rows already expired: not imported. */
-  expired: number;
-}
+export type { NostreamCounts } from './nostream-check.js';
 
 export interface ImportNostreamOptions {
   limits: Limits;
@@ -45,11 +47,16 @@ export interface ImportNostreamOptions {
   verifier?: SignatureVerifier;
   /** Rows per source read and per write transaction. */
   batchSize?: number;
+  /**
+   * The store is empty and the relay is not running: load the events no other event bears on in one
+   * transaction with the indexes built at the end, then the rest in order (see the top of this file).
+   */
+  emptyTarget?: boolean;
   /** Ignore a saved checkpoint and start from the first row. */
   restart?: boolean;
-  /** Aborting stops after the current batch; the checkpoint is kept. */
+  /** Aborting stops after the current batch; the checkpoint is kept (an empty-target load rolls back). */
   signal?: AbortSignal;
-  /** Stop after this many batches (a trial run; the checkpoint is kept). */
+  /** Stop after this many batches written in order (a trial run; the checkpoint is kept). */
   maxBatches?: number;
   /** Told about every refused row (hex event id, reason). */
   onRefused?: (id: string, reason: string) => void;
@@ -64,24 +71,22 @@ export interface ImportNostreamResult extends NostreamCounts {
   /** Rows read by this run alone (the rate is this over `seconds`). */
   readThisRun: number;
   seconds: number;
+  /** Empty-target mode: phase 1, when this run did it (not when it resumed phase 2). */
+  emptyTargetLoad?: EmptyTargetLoadReport;
 }
 
-interface SourceRow {
-  /** Hex, as are event_pubkey and event_signature (encoded by PostgreSQL: cheaper than here). */
-  event_id: string;
-  event_pubkey: string;
-  event_kind: number;
-  event_created_at: string | number;
-  event_content: string | null;
-  tags: string | null;
-  event_signature: string;
-  deleted: boolean;
-  expires_at: string | number | null;
+export interface EmptyTargetLoadReport {
+  /** Rows read (all but phase 2's) and events loaded. */
+  read: number;
+  loaded: number;
+  /** False if it was stopped and rolled back: the store is still empty. */
+  complete: boolean;
+  seconds: number;
+  /** Of those, building the indexes and committing. */
+  indexSeconds: number;
 }
 
 interface CheckedBatch {
-  /** The batch's last event_id: the checkpoint once it is written. */
-  last: Buffer;
   items: ImportItem<string>[];
   softDeleted: Buffer[];
   tally: NostreamCounts;
@@ -90,33 +95,14 @@ interface CheckedBatch {
 /** Batches being written at once (BulkWriter overlaps two). */
 const WRITES_IN_FLIGHT = 2;
 
-function addCounts(into: NostreamCounts, add: NostreamCounts): void {
-  for (const key of ['read', 'softDeleted', 'removed', 'expired', 'accepted', 'duplicate', 'replaced', 'invalid', 'rejected'] as const) into[key] += add[key];
-  for (const [reason, n] of Object.entries(add.reasons)) into.reasons[reason] = (into.reasons[reason] ?? 0) + n;
-}
-
-const REQUIRED = ['event_id', 'event_pubkey', 'event_kind', 'event_created_at', 'event_content', 'event_tags', 'event_signature'];
-
-/** The batch query for this nostream schema version (deleted_at and expires_at came in later ones). */
-async function sourceQuery(source: pg.Pool): Promise<string> {
-  const { rows } = await source.query<{ column_name: string }>(
-    `SELECT column_name FROM information_schema.columns WHERE table_schema = current_schema() AND table_name = 'events'`,
-  );
-  const columns = new Set(rows.map((r) => r.column_name));
-  const missing = REQUIRED.filter((c) => !columns.has(c));
-  if (missing.length) throw new Error(`the source has no nostream events table (missing columns: ${missing.join(', ')})`);
-  return `SELECT encode(event_id, 'hex') AS event_id, encode(event_pubkey, 'hex') AS event_pubkey, event_kind, event_created_at,
-                 event_content, event_tags::text AS tags, encode(event_signature, 'hex') AS event_signature,
-                 ${columns.has('deleted_at') ? 'deleted_at IS NOT NULL' : 'false'} AS deleted,
-                 ${columns.has('expires_at') ? 'expires_at' : 'NULL::bigint'} AS expires_at
-            FROM events WHERE events.event_id > $1 ORDER BY events.event_id LIMIT $2`;
-}
-
 /** The checkpoint key: the source's address without credentials, so each source resumes on its own. */
 export function nostreamCheckpointName(sourceUrl: string): string {
   const u = new URL(sourceUrl);
   return `import-nostream:${u.hostname}:${u.port || 5432}${u.pathname}`;
 }
+
+/** The empty-target mode keeps its own checkpoint (its phase 2), apart from the normal mode's. */
+export const emptyTargetCheckpointName = (checkpointName: string) => `${checkpointName}:empty-target`;
 
 export async function importNostream(
   source: pg.Pool,
@@ -124,90 +110,66 @@ export async function importNostream(
   checkpointName: string,
   options: ImportNostreamOptions,
 ): Promise<ImportNostreamResult> {
-  const batchSize = options.batchSize ?? 5000;
-  const progress = options.progress ?? noProgress;
   const started = Date.now();
-  const sql = await sourceQuery(source);
-  const writer = new ImportWriter(target, await bulkOptions(target));
-
-  if (options.restart) await clearCheckpoint(target, checkpointName);
-  const checkpoint = await readCheckpoint<NostreamCounts>(target, checkpointName);
-  const counts: NostreamCounts = { read: 0, softDeleted: 0, removed: 0, expired: 0, ...emptyCounts(), ...checkpoint?.counts };
-  let position: Buffer = Buffer.from(checkpoint?.position ?? '', 'hex');
+  const progress = options.progress ?? noProgress;
+  const table = await nostreamTable(source);
+  const name = options.emptyTarget ? emptyTargetCheckpointName(checkpointName) : checkpointName;
+  if (options.restart) await clearCheckpoint(target, name);
+  const checkpoint = await readCheckpoint<NostreamCounts>(target, name);
+  const counts: NostreamCounts = { ...emptyNostreamCounts(), ...checkpoint?.counts };
+  const result = (complete: boolean, emptyTargetLoad?: EmptyTargetLoadReport): ImportNostreamResult => ({
+    ...counts,
+    complete,
+    resumedAfter: checkpoint?.position || undefined,
+    readThisRun: counts.read - (checkpoint?.counts.read ?? 0),
+    seconds: (Date.now() - started) / 1000,
+    emptyTargetLoad,
+  });
   if (checkpoint) options.log?.info({ after: checkpoint.position, read: counts.read }, 'import-nostream: resuming from checkpoint');
   progress.setTotal(await estimatedEvents(source));
   progress.update(counts.read);
-
-  const read = (after: Buffer) => source.query<SourceRow>(sql, [after, batchSize]).then((r) => r.rows);
-
-  // Checks the rows of one batch (counting into a batch-local tally, merged when the batch is written,
-  // so a checkpoint never counts a batch it does not cover).
-  const check = async (rows: SourceRow[]): Promise<CheckedBatch> => {
-    const now = Math.floor(Date.now() / 1000);
-    const tally: NostreamCounts = { read: 0, softDeleted: 0, removed: 0, expired: 0, ...emptyCounts() };
-    const refuse = (id: string, kind: 'invalid' | 'rejected', reason: string) => {
-      countReason(tally, kind, reason);
-      options.onRefused?.(id, reason);
-    };
-    const softDeleted: Buffer[] = [];
-    const candidates: Array<{ item: ImportItem<string>; verdict?: Promise<string | undefined> }> = [];
-    for (const row of rows) {
-      tally.read++;
-      const id = row.event_id;
-      if (row.deleted) {
-        tally.softDeleted++;
-        softDeleted.push(Buffer.from(id, 'hex'));
-        continue;
+  try {
+    let report: EmptyTargetLoadReport | undefined;
+    let ordered: OrderedRows | undefined;
+    if (options.emptyTarget) {
+      ordered = await OrderedRows.find(source);
+      if (!checkpoint) {
+        // Phase 1; phase 2 then starts from its checkpoint, saved by the same commit.
+        report = await loadInBulk(source, target, table, ordered, name, counts, options, progress);
+        if (!report.complete) return result(false, report);
       }
-      let tags: unknown;
-      try {
-        tags = JSON.parse(row.tags ?? 'null');
-      } catch {
-        refuse(id, 'invalid', 'invalid: tags are not JSON');
-        continue;
-      }
-      const parsed = parseEvent({
-        id,
-        pubkey: row.event_pubkey,
-        created_at: Number(row.event_created_at),
-        kind: row.event_kind,
-        tags,
-        content: row.event_content,
-        sig: row.event_signature,
-      });
-      if (!parsed.ok) {
-        refuse(id, 'invalid', parsed.reason);
-        continue;
-      }
-      const event = parsed.value;
-      const expiration = row.expires_at === null ? expirationOf(event.tags) : Number(row.expires_at);
-      if (expiration !== undefined && expiration <= now) {
-        tally.expired++;
-        continue;
-      }
-      if (computeEventId(event) !== id) {
-        refuse(id, 'invalid', 'invalid: event id does not match the sha256 of its serialization');
-        continue;
-      }
-      const policy = checkEventPolicy(event, options.limits, now);
-      if (policy) {
-        refuse(id, 'invalid', policy);
-        continue;
-      }
-      if (isEphemeral(event.kind)) {
-        refuse(id, 'rejected', EPHEMERAL_NOT_STORED);
-        continue;
-      }
-      candidates.push({ item: { prepared: prepareEvent(event), ref: id }, verdict: options.verifier?.verify(event) });
     }
-    const items: ImportItem<string>[] = [];
-    for (const c of candidates) {
-      const invalid = await c.verdict;
-      if (invalid) refuse(c.item.ref, 'invalid', invalid);
-      else items.push(c.item);
-    }
-    return { last: Buffer.from(rows[rows.length - 1].event_id, 'hex'), items, softDeleted, tally };
-  };
+    const position = Buffer.from(checkpoint?.position ?? '', 'hex');
+    const complete = await writeInOrder(source, target, table, ordered, name, position, counts, options, progress);
+    if (complete) await clearCheckpoint(target, name);
+    return result(complete, report);
+  } finally {
+    progress.stop();
+  }
+}
+
+/**
+ * The bulk path, in event_id order, from `position`: three stages overlap: the next batch is read
+ * while this one is checked, and checked while the ones before are written, two at a time, in
+ * event_id order (ImportWriter). The checkpoint is saved once a batch and every batch before it are
+ * written. With `ordered` (phase 2 of the empty-target mode), only the rows it has. Returns whether
+ * it reached the end.
+ */
+async function writeInOrder(
+  source: pg.Pool,
+  target: pg.Pool,
+  table: NostreamTable,
+  ordered: OrderedRows | undefined,
+  checkpointName: string,
+  position: Buffer,
+  counts: NostreamCounts,
+  options: ImportNostreamOptions,
+  progress: Progress,
+): Promise<boolean> {
+  const batchSize = options.batchSize ?? 5000;
+  const writer = new ImportWriter(target, await bulkOptions(target));
+  // Phase 2's rows are few among many: one query finds and sorts them (see streamedBatches).
+  const read = ordered ? streamedBatches(source, table, position, batchSize, OrderedRows.sql) : keysetBatches(source, table, position, batchSize);
 
   // Writes one batch; its counts go into its own tally, merged into the totals when the batch is
   // done, in order, so a checkpoint never counts a batch it does not cover.
@@ -223,50 +185,108 @@ export async function importNostream(
     await Promise.all([written, removal]);
   };
 
-  // Three stages overlap: the next batch is read while this one is checked, and checked while the
-  // ones before are written, two at a time, in event_id order (ImportWriter).
-  let complete = false;
   let batches = 0;
-  let next = read(position);
-  const writing: Array<{ done: Promise<void>; batch: CheckedBatch }> = [];
+  const stopRequested = () => options.signal?.aborted || (options.maxBatches !== undefined && batches >= options.maxBatches);
+  const select = ordered && ((row: SourceRow) => ordered.has(row));
+  const writing: Array<{ done: Promise<void>; batch: CheckedBatch; last: Buffer }> = [];
   const finishOldest = async () => {
-    const { done, batch } = writing[0];
+    const { done, batch, last } = writing[0];
     await done;
     writing.shift();
     addCounts(counts, batch.tally);
-    position = batch.last;
-    await saveCheckpoint(target, checkpointName, position.toString('hex'), counts);
+    await saveCheckpoint(target, checkpointName, last.toString('hex'), counts);
     progress.update(counts.read);
   };
-  const stopRequested = () => options.signal?.aborted || (options.maxBatches !== undefined && batches >= options.maxBatches);
+  let complete = false;
   try {
-    while (!stopRequested()) {
-      const rows = await next;
-      if (rows.length === 0) {
-        complete = true;
-        break;
+    if (!stopRequested()) {
+      complete = true;
+      for await (const rows of read) {
+        const checked: CheckedBatch = { items: [], softDeleted: [], tally: emptyNostreamCounts() };
+        checked.softDeleted = await checkRows(rows, select, checked.tally, (item) => checked.items.push(item), options);
+        while (writing.length >= WRITES_IN_FLIGHT) await finishOldest();
+        const done = write(checked);
+        done.catch(() => undefined); // awaited by finishOldest
+        writing.push({ done, batch: checked, last: rows.lastId() });
+        batches++;
+        if (stopRequested()) {
+          complete = false;
+          break;
+        }
       }
-      next = read(Buffer.from(rows[rows.length - 1].event_id, 'hex'));
-      next.catch(() => undefined); // awaited by the next turn, or in finally
-      const checked = await check(rows);
-      while (writing.length >= WRITES_IN_FLIGHT) await finishOldest();
-      const done = write(checked);
-      done.catch(() => undefined); // awaited by finishOldest
-      writing.push({ done, batch: checked });
-      batches++;
     }
     while (writing.length) await finishOldest();
   } finally {
     await Promise.allSettled(writing.map((w) => w.done));
-    await next.catch(() => undefined);
-    progress.stop();
   }
-  if (complete) await clearCheckpoint(target, checkpointName);
-  return {
-    ...counts,
+  return complete;
+}
+
+/**
+ * Phase 1 of the empty-target mode: every row but those `ordered` has, checked and encoded by
+ * bulkBatch, loaded in one transaction (EmptyTargetLoad). Three stages overlap: the source reads the
+ * batch after next (keysetBatches), this thread prepares the next one, and PostgreSQL copies this
+ * one. The commit also saves phase 2's checkpoint (its start, and the counts so far), so a crash
+ * after it resumes with phase 2 and never loads twice. Stopped (the signal) or failed, it rolls back.
+ */
+async function loadInBulk(
+  source: pg.Pool,
+  target: pg.Pool,
+  table: NostreamTable,
+  ordered: OrderedRows,
+  checkpointName: string,
+  counts: NostreamCounts,
+  options: ImportNostreamOptions,
+  progress: Progress,
+): Promise<EmptyTargetLoadReport> {
+  const started = Date.now();
+  const phase = emptyNostreamCounts();
+  const report = (complete: boolean, indexSeconds = 0): EmptyTargetLoadReport => ({
+    read: phase.read,
+    loaded: phase.accepted,
     complete,
-    resumedAfter: checkpoint?.position,
-    readThisRun: counts.read - (checkpoint?.counts.read ?? 0),
     seconds: (Date.now() - started) / 1000,
-  };
+    indexSeconds,
+  });
+  const load = await EmptyTargetLoad.begin(target, await bulkOptions(target));
+  const prepare = (rows: SourceBatch, lastLoaded: string) => bulkBatch(rows, ordered, options, lastLoaded);
+
+  const batches = keysetBatches(source, table, Buffer.alloc(0), options.batchSize ?? 5000);
+  let preparing: Promise<BulkBatch> | undefined;
+  let writing: Promise<void> = Promise.resolve();
+  try {
+    const first = await batches.next();
+    preparing = first.done ? undefined : prepare(first.value, '');
+    while (preparing) {
+      const batch = await preparing;
+      const next = await batches.next();
+      preparing = next.done ? undefined : prepare(next.value, batch.lastLoaded);
+      preparing?.catch(() => undefined); // awaited by the next turn, or below
+      await writing;
+      for (const [id, reason] of batch.refused) options.onRefused?.(id, reason);
+      addCounts(phase, batch.tally);
+      progress.update(counts.read + phase.read);
+      writing = load.write(batch.rows);
+      writing.catch(() => undefined); // awaited by the next turn
+      if (options.signal?.aborted) {
+        await writing;
+        await load.abort();
+        options.log?.warn('import-nostream: the empty-target load was stopped and rolled back; the store is empty');
+        return report(false);
+      }
+    }
+    await writing;
+    const indexing = Date.now();
+    options.log?.info({ loaded: phase.accepted }, 'import-nostream: events loaded; building the indexes');
+    addCounts(counts, phase);
+    await load.finish((client) => saveCheckpoint(client, checkpointName, '', counts));
+    return report(true, (Date.now() - indexing) / 1000);
+  } catch (err) {
+    await writing.catch(() => undefined);
+    await load.abort();
+    throw err;
+  } finally {
+    await preparing?.catch(() => undefined);
+    await batches.return(undefined);
+  }
 }

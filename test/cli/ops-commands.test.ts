@@ -1,39 +1,14 @@
 // The operator commands as an operator runs them: the built CLI in a child process, configured by
 // the environment, with stdin/stdout/stderr and the exit code as the interface.
-import { spawn } from 'node:child_process';
-import { tmpdir } from 'node:os';
-import path from 'node:path';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { canonicalEventJson } from '../../src/nostr/event.js';
-import { packageRoot } from '../../src/paths.js';
+import { runCli } from '../support/cli.js';
 import { createTestDatabase } from '../support/database.js';
 import { newSigner, now } from '../support/keys.js';
 
-const CLI = path.join(packageRoot(), 'dist/src/cli/main.js');
-
-interface Run {
-  code: number | null;
-  stdout: string;
-  stderr: string;
-}
-
-function cli(args: string[], databaseUrl: string, stdin = ''): Promise<Run> {
-  return new Promise((resolve, reject) => {
-    // cwd outside the repository so that no .env there can change the configuration.
-    const child = spawn(process.execPath, [CLI, ...args], {
-      cwd: tmpdir(),
-      env: { PATH: process.env.PATH, DATABASE_URL: databaseUrl, LOG_LEVEL: 'warn', VERIFY_THREADS: '2' },
-    });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (d) => (stdout += d));
-    child.stderr.on('data', (d) => (stderr += d));
-    child.on('error', reject);
-    child.on('close', (code) => resolve({ code, stdout, stderr }));
-    child.stdin.end(stdin);
-  });
-}
+const cli = (args: string[], databaseUrl: string, stdin = '') =>
+  runCli(args, { DATABASE_URL: databaseUrl, LOG_LEVEL: 'warn', VERIFY_THREADS: '2' }, stdin);
 
 const alice = newSigner();
 const t = now() - 100 * 86_400;

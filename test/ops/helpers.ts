@@ -86,3 +86,34 @@ export async function ordinaryRolePool(db: { url: string; pool: pg.Pool }): Prom
     },
   };
 }
+
+/** A row of nostream's `events` table, built from a (signed) event. */
+export interface NostreamRow {
+  event: Record<string, unknown> & { id: string; pubkey: string; sig: string };
+  deleted?: boolean;
+  expiresAt?: number;
+  /** Stored instead of the signed content: a row that does not hash to its event_id. */
+  content?: string;
+}
+
+/** Inserts rows into nostream's `events` table (already created in `pool`'s database). */
+export async function insertNostreamRows(pool: pg.Pool, rows: NostreamRow[]): Promise<void> {
+  for (const r of rows) {
+    const e = r.event;
+    await pool.query(
+      `INSERT INTO events (event_id, event_pubkey, event_kind, event_created_at, event_content, event_tags, event_signature, deleted_at, expires_at, remote_address)
+       VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, '127.0.0.1')`,
+      [
+        Buffer.from(e.id, 'hex'),
+        Buffer.from(e.pubkey, 'hex'),
+        e.kind,
+        e.created_at,
+        r.content ?? e.content,
+        JSON.stringify(e.tags),
+        Buffer.from(e.sig, 'hex'),
+        r.deleted ? new Date() : null,
+        r.expiresAt ?? null,
+      ],
+    );
+  }
+}

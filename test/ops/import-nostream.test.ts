@@ -12,7 +12,7 @@ import type { Database } from '../../src/store/database.js';
 import { createTestDatabase } from '../support/database.js';
 import { newSigner, now } from '../support/keys.js';
 import { nostreamEventsTable } from '../../bench/lib/nostream-schema.js';
-import { openTestStore, storedRaw, store, tagRows, testConfig } from './helpers.js';
+import { insertNostreamRows, openTestStore, storedRaw, store, tagRows, testConfig } from './helpers.js';
 
 const NOSTREAM_SCHEMA = nostreamEventsTable('events');
 
@@ -104,24 +104,8 @@ beforeAll(async () => {
   sourceUrl = await createTestDatabase();
   source = new pg.Pool({ connectionString: sourceUrl, max: 2 });
   await source.query(NOSTREAM_SCHEMA);
-  for (const r of rows) {
-    const e = r.event;
-    await source.query(
-      `INSERT INTO events (event_id, event_pubkey, event_kind, event_created_at, event_content, event_tags, event_signature, deleted_at, expires_at, remote_address)
-       VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, '127.0.0.1')`,
-      [
-        Buffer.from(e.id, 'hex'),
-        Buffer.from(e.pubkey, 'hex'),
-        e.kind,
-        e.created_at,
-        r.content ?? e.content,
-        JSON.stringify(e.tags),
-        Buffer.from(e.sig, 'hex'),
-        r.deleted ? new Date() : null,
-        r.expiresAt ?? null,
-      ],
-    );
-  }
+  await insertNostreamRows(source, rows);
+
 });
 
 afterAll(async () => {

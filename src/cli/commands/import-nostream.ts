@@ -10,7 +10,7 @@ import { formatCount, formatRate, intOption, openStore, parseOptions, refusalPri
 
 export const importNostreamCommand: Command = {
   name: 'import-nostream',
-  summary: 'import a nostream database (resumable; soft-deleted and expired rows stay out)',
+  summary: 'import a nostream database (resumable; soft-deleted and expired rows stay out; --empty-target for a new store)',
   help: `usage: npm run cli -- import-nostream --from postgres://user:password@host:5432/nostream [options]
 
 Reads nostream's events table in event_id order, in batches, and stores the events with the
@@ -26,21 +26,34 @@ recomputed; a row that does not hash to its event_id is counted invalid. Safe wh
 The position is saved after every batch (table ops_checkpoints, one per source): after Ctrl-C or a
 crash the same command resumes where it stopped, and the final counts cover the whole import.
 
+--empty-target is for moving to a new relay before it opens: the store must be EMPTY and the relay
+MUST NOT be running (the tables are locked exclusively while the events are loaded). The same rows,
+checked the same way, end as the same stored rows, with about half the CPU time:
+  1. every event no other event bears on but a deletion (regular events, and replaceable or
+     addressable ones that are the only row of their address) is loaded in one transaction, the
+     secondary indexes dropped and built again at the end: all or nothing (Ctrl-C or a crash rolls
+     it back; run the command again);
+  2. the rest (deletions, gift wraps, vanish requests, addresses with several versions) is then
+     written in order with the relay's rules, as above, and resumes from its checkpoint.
+
 options:
   --from URL         the nostream database (required)
+  --empty-target     load an empty store, the relay stopped (see above)
   --verify           verify every signature too (about 10x slower)
   --restart          ignore a saved checkpoint and start from the first row
   --batch N          rows per batch and write transaction (default 5000, at most 10000)
-  --max-batches N    stop after N batches, keeping the checkpoint (a trial run)
+  --max-batches N    stop after N batches written in order, keeping the checkpoint (a trial run)
   --max-reports N    refused rows reported one by one (default 100; the counts cover all)
 
-example:
-  npm run cli -- import-nostream --from postgres://nostream:secret@127.0.0.1:5432/nostream`,
+examples:
+  npm run cli -- import-nostream --from postgres://nostream:secret@127.0.0.1:5432/nostream
+  npm run cli -- import-nostream --empty-target --from postgres://nostream:secret@127.0.0.1:5432/nostream`,
   async run(args, { config, log }) {
     const { values } = parseOptions(args, {
       from: { type: 'string' },
       verify: { type: 'boolean', default: false },
       restart: { type: 'boolean', default: false },
+      'empty-target': { type: 'boolean', default: false },
       batch: { type: 'string' },
       'max-batches': { type: 'string' },
       'max-reports': { type: 'string' },
@@ -60,6 +73,7 @@ example:
         limits: limitsFrom(config),
         verifier,
         batchSize,
+        emptyTarget: values['empty-target'],
         maxBatches,
         restart: values.restart,
         signal: stop.signal,
@@ -69,12 +83,19 @@ example:
       });
       reports.finish();
       if (result.resumedAfter) console.log(`resumed after event_id ${result.resumedAfter} (counts include the earlier runs)`);
+      const load = result.emptyTargetLoad;
+      if (load) {
+        console.log(`phase 1:    ${formatRate(load.read, load.seconds, 'rows')}, ${formatCount(load.loaded)} events loaded, indexes built in ${load.indexSeconds.toFixed(1)} s${load.complete ? '' : ' (stopped: rolled back, the store is empty)'}`);
+      } else if (values['empty-target']) {
+        console.log('phase 1 was done by an earlier run; this run wrote the rest in order (counts include the earlier runs)');
+      }
       console.log(`this run:   ${formatRate(result.readThisRun, result.seconds, 'rows')}${verifier ? '' : ' (signatures not re-verified)'}`);
       console.log(`rows read:  ${formatCount(result.read)}`);
       console.log(`soft-deleted (not imported): ${formatCount(result.softDeleted)}${result.removed ? `, ${formatCount(result.removed)} removed from this store` : ''}`);
       console.log(`expired (not imported):      ${formatCount(result.expired)}`);
       for (const line of formatImportSummary(result)) console.log(line);
-      console.log(result.complete ? 'complete' : 'stopped early: run again to resume');
+      if (result.complete) console.log('complete');
+      else console.log(load && !load.complete ? 'stopped early: run again to start over' : 'stopped early: run again to resume');
       return 0;
     } finally {
       stop.dispose();

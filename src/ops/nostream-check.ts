@@ -1,0 +1,125 @@
+// What a nostream row becomes: its event rebuilt from the columns and checked like an EVENT
+// message. Both modes of import-nostream check rows here, and only here.
+import { setImmediate as nextTurn } from 'node:timers/promises';
+import { computeEventId, parseEvent } from '../nostr/event.js';
+import { isEphemeral } from '../nostr/kinds.js';
+import { expirationOf } from '../nostr/tags.js';
+import type { Limits } from '../relay/limits.js';
+import { checkEventPolicy } from '../relay/policy.js';
+import type { SignatureVerifier } from '../relay/verifier.js';
+import { prepareEvent } from '../store/write.js';
+import { countReason, emptyCounts, type ImportCounts, type ImportItem } from './import-batch.js';
+import { EPHEMERAL_NOT_STORED } from './import-jsonl.js';
+import type { SourceBatch, SourceRow } from './nostream-source.js';
+
+export interface NostreamCounts extends ImportCounts {
+  /** Rows read from nostream. */
+  read: number;
+  /** Rows with deleted_at set: not imported. */
+  softDeleted: number;
+  /** Of those, events our store held and that were removed. */
+  removed: number;
+  /** Rows already expired: not imported. */
+  expired: number;
+}
+
+export const emptyNostreamCounts = (): NostreamCounts => ({ read: 0, softDeleted: 0, removed: 0, expired: 0, ...emptyCounts() });
+
+export function addCounts(into: NostreamCounts, add: NostreamCounts): void {
+  for (const key of ['read', 'softDeleted', 'removed', 'expired', 'accepted', 'duplicate', 'replaced', 'invalid', 'rejected'] as const) into[key] += add[key];
+  for (const [reason, n] of Object.entries(add.reasons)) into.reasons[reason] = (into.reasons[reason] ?? 0) + n;
+}
+
+export interface CheckOptions {
+  limits: Limits;
+  /** Checks signatures too (nostream verified them on arrival; ids are always recomputed). */
+  verifier?: SignatureVerifier;
+  /** Told about every refused row (hex event id, reason). */
+  onRefused?: (id: string, reason: string) => void;
+}
+
+/**
+ * Rebuilds each row's event from its columns and checks it like an EVENT message: shape, expiry, id,
+ * the relay's policy, ephemeral kinds, and the signature when there is a verifier. Soft-deleted and
+ * expired rows are counted and left out; each accepted event goes to `accept`, in order (at once,
+ * without a verifier, so that a caller that encodes it need not keep it). Both modes check rows
+ * here, and only here; `select` says which rows of the batch are this pass's (the others are
+ * neither checked nor counted). Counts go into `tally`, merged into the totals when the batch is
+ * written, so a checkpoint never counts a batch it does not cover. Returns the soft-deleted ids.
+ */
+export async function checkRows(
+  rows: SourceBatch,
+  select: ((row: SourceRow) => boolean) | undefined,
+  tally: NostreamCounts,
+  accept: (item: ImportItem<string>) => void,
+  options: CheckOptions,
+): Promise<Buffer[]> {
+  const now = Math.floor(Date.now() / 1000);
+  const refuse = (id: string, kind: 'invalid' | 'rejected', reason: string) => {
+    countReason(tally, kind, reason);
+    options.onRefused?.(id, reason);
+  };
+  const softDeleted: Buffer[] = [];
+  const verifying: Array<{ item: ImportItem<string>; verdict: Promise<string | undefined> }> = [];
+  let i = 0;
+  for (const row of rows) {
+    // Let the writes and reads in flight move on: they wait for this thread between their steps.
+    if (++i % 256 === 0) await nextTurn();
+    if (select && !select(row)) continue;
+    tally.read++;
+    const id = row.event_id;
+    if (row.deleted) {
+      tally.softDeleted++;
+      softDeleted.push(Buffer.from(id, 'hex'));
+      continue;
+    }
+    let tags: unknown;
+    try {
+      tags = JSON.parse(row.tags ?? 'null');
+    } catch {
+      refuse(id, 'invalid', 'invalid: tags are not JSON');
+      continue;
+    }
+    const parsed = parseEvent({
+      id,
+      pubkey: row.event_pubkey,
+      created_at: row.event_created_at,
+      kind: row.event_kind,
+      tags,
+      content: row.event_content,
+      sig: row.event_signature,
+    });
+    if (!parsed.ok) {
+      refuse(id, 'invalid', parsed.reason);
+      continue;
+    }
+    const event = parsed.value;
+    const expiration = row.expires_at === null ? expirationOf(event.tags) : row.expires_at;
+    if (expiration !== undefined && expiration <= now) {
+      tally.expired++;
+      continue;
+    }
+    if (computeEventId(event) !== id) {
+      refuse(id, 'invalid', 'invalid: event id does not match the sha256 of its serialization');
+      continue;
+    }
+    const policy = checkEventPolicy(event, options.limits, now);
+    if (policy) {
+      refuse(id, 'invalid', policy);
+      continue;
+    }
+    if (isEphemeral(event.kind)) {
+      refuse(id, 'rejected', EPHEMERAL_NOT_STORED);
+      continue;
+    }
+    const item = { prepared: prepareEvent(event), ref: id };
+    if (options.verifier) verifying.push({ item, verdict: options.verifier.verify(event) });
+    else accept(item);
+  }
+  for (const { item, verdict } of verifying) {
+    const invalid = await verdict;
+    if (invalid) refuse(item.ref, 'invalid', invalid);
+    else accept(item);
+  }
+  return softDeleted;
+}
