@@ -66,14 +66,22 @@ export function addressOf(p: PreparedEvent): string | undefined {
 /** Kinds a deletion request never removes (NIP-09: a deletion of a deletion has no effect; NIP-62). */
 const UNDELETABLE = new Set([KIND_DELETION, 62]);
 
-/** Does the kind 5 `d` (its targets) delete `p`? Gift wraps (1059) may be deleted by their `p` recipient. */
+/**
+ * May a kind 5 signed by `requester` delete `p` by id? Its author may; so may the recipient of a gift
+ * wrap (1059, signed by a throwaway key: NIP-59), named in its `p` tag. One rule for both orders:
+ * a wrap stored before the deletion is removed, one arriving after it is refused.
+ */
+function mayDeleteById(requester: string, p: PreparedEvent): boolean {
+  return p.event.pubkey === requester || (p.event.kind === 1059 && p.tags.some(([n, v]) => n === 'p' && v === requester));
+}
+
+/** Does the kind 5 `d` (its targets) delete `p`? */
 function deletes(d: DeletionRequest, p: PreparedEvent): boolean {
   if (UNDELETABLE.has(p.event.kind)) return false;
   const address = addressOf(p);
   if (address && p.event.pubkey === d.pubkey && p.event.created_at <= d.createdAt &&
       d.addresses.some((a) => addressKey(a.kind, d.pubkey, a.d) === address)) return true;
-  if (!d.ids.includes(p.event.id)) return false;
-  return p.event.pubkey === d.pubkey || (p.event.kind === 1059 && p.tags.some(([n, v]) => n === 'p' && v === d.pubkey));
+  return d.ids.includes(p.event.id) && mayDeleteById(d.pubkey, p);
 }
 
 export function planBatch(batch: PreparedEvent[], facts: StoredFacts): BatchPlan {
@@ -89,7 +97,8 @@ export function planBatch(batch: PreparedEvent[], facts: StoredFacts): BatchPlan
 
   const isDeleted = (p: PreparedEvent) => {
     if (p.event.kind === KIND_DELETION) return false;
-    if (deletedIds.get(p.event.id)?.has(p.event.pubkey)) return true;
+    const requesters = deletedIds.get(p.event.id);
+    if (requesters && [...requesters].some((pk) => mayDeleteById(pk, p))) return true;
     const address = addressOf(p);
     const until = address === undefined ? undefined : deletedAddresses.get(address);
     return until !== undefined && p.event.created_at <= until;

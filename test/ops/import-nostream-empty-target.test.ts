@@ -86,13 +86,13 @@ const vanish = alice.sign({ kind: 62, created_at: t + 80, tags: [['relay', 'ALL_
 const vanishDeletion = signOrdered(alice, { kind: 5, created_at: t + 81, tags: [['e', vanish.id]] }, 'after', vanish);
 const vanishBlocked = bob.sign({ kind: 62, created_at: t + 82, tags: [['relay', 'ALL_RELAYS']] });
 const vanishBlockedDeletion = signOrdered(bob, { kind: 5, created_at: t + 83, tags: [['e', vanishBlocked.id]] }, 'before', vanishBlocked);
-// Gift wraps deleted by their recipient's kind 5: kept if the kind 5 came first, deleted if it came
-// after. Each pair is far apart in event_id order: writeBatch also deletes a wrap that follows the
-// kind 5 in the same batch, so the relay's own outcome would depend on where batches begin.
+// Gift wraps deleted by their recipient's kind 5, in both orders: refused when the kind 5 came
+// first, deleted when it came after. Each pair is far apart in event_id order, so the kind 5 and
+// its wrap land in different batches (and phases).
 const early = (id: string) => id < '4';
 const late = (id: string) => id >= 'c';
-const wrapKept = signWhere(wrapper, { kind: 1059, created_at: t + 90, tags: [['p', carol.pubkey]], content: 'sealed 1' }, late);
-const wrapKeptDeletion = signWhere(carol, { kind: 5, created_at: t + 91, tags: [['e', wrapKept.id]] }, early);
+const wrapRefused = signWhere(wrapper, { kind: 1059, created_at: t + 90, tags: [['p', carol.pubkey]], content: 'sealed 1' }, late);
+const wrapRefusedDeletion = signWhere(carol, { kind: 5, created_at: t + 91, tags: [['e', wrapRefused.id]] }, early);
 const wrapDeleted = signWhere(wrapper, { kind: 1059, created_at: t + 92, tags: [['p', carol.pubkey]], content: 'sealed 2' }, early);
 const wrapDeletedDeletion = signWhere(carol, { kind: 5, created_at: t + 93, tags: [['e', wrapDeleted.id]] }, late);
 
@@ -111,7 +111,7 @@ const rows: Row[] = [
   { event: softDeletedDeletion, deleted: true },
   ...[...profiles, profileDeletion, ...contacts, ...articleVersions].map((event) => ({ event })),
   ...[articleA, articleADeletion, articleB, articleBDeletion, articleNewer, articleNewerDeletion, relayList, relayListDeletion, otherList].map((event) => ({ event })),
-  ...[vanish, vanishDeletion, vanishBlocked, vanishBlockedDeletion, wrapKept, wrapKeptDeletion, wrapDeleted, wrapDeletedDeletion, ephemeral, expiredByTag, badKind].map((event) => ({ event })),
+  ...[vanish, vanishDeletion, vanishBlocked, vanishBlockedDeletion, wrapRefused, wrapRefusedDeletion, wrapDeleted, wrapDeletedDeletion, ephemeral, expiredByTag, badKind].map((event) => ({ event })),
   { event: expiredByColumn, expiresAt: t + 200 },
   { event: softDeleted, deleted: true },
   { event: softDeletedProfile, deleted: true },
@@ -190,10 +190,10 @@ describe('import-nostream --empty-target', () => {
 
       // Not vacuous: the cases are there, as the relay's rules decide them.
       const stored = await storedIds(db.pool);
-      for (const e of [...notes, escapes, expiresLater, notBobs, spared, profiles[2], contacts[2].id < contacts[1].id ? contacts[2] : contacts[1], articleVersions[1], articleNewer, otherList, vanish, wrapKept]) {
+      for (const e of [...notes, escapes, expiresLater, notBobs, spared, profiles[2], contacts[2].id < contacts[1].id ? contacts[2] : contacts[1], articleVersions[1], articleNewer, otherList, vanish]) {
         expect(stored.has(e.id), `${e.kind} ${e.content} stored`).toBe(true);
       }
-      for (const e of [deletedBefore, deletedAfter, profiles[0], profiles[1], articleA, articleB, relayList, vanishBlocked, wrapDeleted, contacts[0], contacts[3], softDeleted, tampered]) {
+      for (const e of [deletedBefore, deletedAfter, profiles[0], profiles[1], articleA, articleB, relayList, vanishBlocked, wrapRefused, wrapDeleted, contacts[0], contacts[3], softDeleted, tampered]) {
         expect(stored.has(e.id), `${e.kind} ${e.content} gone`).toBe(false);
       }
       expect((await db.pool.query('SELECT count(*)::int AS n FROM events WHERE kind = 5')).rows[0].n).toBe(13);

@@ -235,4 +235,12 @@ describe('NIP-59 gift wraps', () => {
     await publishOk(deletion(recipient, [['e', wrap.id]]));
     expect(await client.fetch('d', { ids: [wrap.id] })).toEqual([]);
   });
+
+  it('a wrap arriving after its recipient\'s deletion request is refused, as the author\'s own event would be', async () => {
+    const [recipient, throwaway] = [newSigner(), newSigner()];
+    const wrap = throwaway.sign({ kind: 1059, created_at: T, tags: [['p', recipient.pubkey]] });
+    await publishOk(deletion(recipient, [['e', wrap.id]]));
+    expect(await client.publish(wrap)).toEqual([false, BLOCKED]);
+    expect(await client.fetch('d2', { ids: [wrap.id] })).toEqual([]);
+  });
 });

@@ -122,4 +122,14 @@ describe('planBatch', () => {
     facts.deletedIds.get(note.event.id)!.add(alice.pubkey);
     expect(planBatch([note], facts).results).toEqual([{ status: 'rejected', reason: DELETED_BY_AUTHOR }]);
   });
+
+  it("refuses a gift wrap named by its recipient's deletion earlier in the batch, as it removes one stored before", () => {
+    const throwaway = newSigner();
+    const wrap = prepareEvent(throwaway.sign({ kind: 1059, created_at: t, tags: [['p', bob.pubkey]] }));
+    const del = prepareEvent(bob.sign({ kind: 5, created_at: t + 1, tags: [['e', wrap.event.id]] }));
+    expect(planBatch([del, wrap], empty()).results).toEqual([{ status: 'stored' }, { status: 'rejected', reason: DELETED_BY_AUTHOR }]);
+    // Someone neither author nor recipient cannot delete it.
+    const other = prepareEvent(alice.sign({ kind: 5, created_at: t + 1, tags: [['e', wrap.event.id]] }));
+    expect(planBatch([other, wrap], empty()).results.map((r) => r.status)).toEqual(['stored', 'stored']);
+  });
 });
