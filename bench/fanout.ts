@@ -2,7 +2,7 @@
 // subscriber and the publisher, so publish → OK and publish → EVENT at each subscriber are timed on
 // one clock, without k6's per-message cost (the k6 `fanout` scenario spends ~2.5× the relay's CPU
 // per delivered message, on the same two cores). It also reports the relay's CPU per delivery.
-import { mkdtemp, rm } from 'node:fs/promises';
+import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
@@ -22,7 +22,8 @@ options:
   --subscribers N   subscriber connections (default 1000)
   --events N        events to publish (default 200)
   --rate R          events per second (default 10)
-  --url ws://…      a relay already running (then no relay CPU figure)`;
+  --url ws://…      a relay already running (then no relay CPU figure)
+  --out DIR         output folder for results.md (default bench-out/fanout)`;
 
 interface Result {
   ok: Summary;
@@ -104,6 +105,7 @@ async function main(): Promise<void> {
       events: { type: 'string', default: '200' },
       rate: { type: 'string', default: '10' },
       url: { type: 'string' },
+      out: { type: 'string', default: 'bench-out/fanout' },
       help: { type: 'boolean', default: false },
     },
   });
@@ -114,13 +116,20 @@ async function main(): Promise<void> {
   try {
     const load = loadAverage();
     const r = await run(values.url ?? relay!.url, relay, o);
-    console.log(`${machineDescription()}; load average ${load.toFixed(1)} at the start`);
-    console.log(`${o.subscribers} subscribers, ${o.events} events at ${o.rate}/s (${o.subscribers * o.rate} deliveries/s)\n`);
-    console.log('| | n | p50 | p95 | p99 | max |\n|---|---:|---:|---:|---:|---:|');
-    for (const [name, s] of [['publish → OK (ms)', r.ok], ['publish → EVENT at subscriber (ms)', r.delivery]] as const)
-      console.log(`| ${name} | ${s.n} | ${ms(s.p50)} | ${ms(s.p95)} | ${ms(s.p99)} | ${ms(s.max)} |`);
-    console.log(`\nmissed deliveries: ${r.missed}`);
-    if (relay) console.log(`relay CPU per delivery: ${r.relayCpuUsPerDelivery.toFixed(1)} µs (the whole relay process over the run)`);
+    const lines = [
+      `${machineDescription()}; load average ${load.toFixed(1)} at the start`,
+      `${o.subscribers} subscribers, ${o.events} events at ${o.rate}/s (${o.subscribers * o.rate} deliveries/s)\n`,
+      '| | n | p50 | p95 | p99 | max |\n|---|---:|---:|---:|---:|---:|',
+      ...([['publish → OK (ms)', r.ok], ['publish → EVENT at subscriber (ms)', r.delivery]] as const).map(
+        ([name, s]) => `| ${name} | ${s.n} | ${ms(s.p50)} | ${ms(s.p95)} | ${ms(s.p99)} | ${ms(s.max)} |`,
+      ),
+      `\nmissed deliveries: ${r.missed}`,
+      ...(relay ? [`relay CPU per delivery: ${r.relayCpuUsPerDelivery.toFixed(1)} µs (the whole relay process over the run)`] : []),
+    ];
+    console.log(lines.join('\n'));
+    const outDir = path.resolve(values.out!);
+    await mkdir(outDir, { recursive: true });
+    await writeFile(path.join(outDir, 'results.md'), lines.join('\n') + '\n');
     if (r.missed > 0) process.exitCode = 1;
   } finally {
     await relay?.stop();

@@ -10,7 +10,7 @@ import { EventRows, type EncodedRows } from './bulk-load.js';
 import { checkRows, emptyNostreamCounts, type CheckOptions, type NostreamCounts } from './nostream-check.js';
 import type { SourceBatch, SourceRow } from './nostream-source.js';
 
-/** Gift wraps (NIP-59): a kind 5 of their recipient deletes a stored one, but does not block a later one. */
+/** Gift wraps (NIP-59): deleted by a kind 5 of their recipient, not only of their (throwaway) author. */
 const KIND_GIFT_WRAP = 1059;
 /** NIP-62 requests to vanish: a kind 5 does not delete a stored one, but blocks a later one. */
 const KIND_VANISH = 62;
@@ -18,10 +18,11 @@ const KIND_VANISH = 62;
 const isVersioned = (kind: number) => isReplaceable(kind) || isAddressable(kind);
 
 /**
- * Kinds whose events may depend on other events of the source in more ways than being deleted by a
- * kind 5 (whichever came first): replaceable and addressable versions, deletions, and the two kinds
- * whose fate beside a kind 5 naming them depends on which came first (gift wraps and vanish
- * requests, above: plan-batch.ts). Ephemeral kinds are refused on sight wherever they are read.
+ * Kinds whose events may depend on other events of the source in more ways than being deleted by
+ * their author's kind 5 (whichever came first): replaceable and addressable versions, deletions,
+ * vanish requests (a kind 5 blocks a later one but does not delete a stored one: plan-batch.ts), and
+ * gift wraps (deleted by another key's kind 5: kept with the deletions, in order). Ephemeral kinds
+ * are refused on sight wherever they are read.
  */
 function mayNeedOrder(kind: number): boolean {
   return isVersioned(kind) || kind === KIND_DELETION || kind === KIND_VANISH || kind === KIND_GIFT_WRAP;
