@@ -8,7 +8,7 @@ import type pg from 'pg';
 import { loadConfig } from '../src/config.js';
 import { createLogger } from '../src/log.js';
 import { createPool, openDatabase } from '../src/store/database.js';
-import { prepareEvent, type PreparedEvent } from '../src/store/write.js';
+import { prepareEvent, type PreparedEvent } from '../src/store/prepared-event.js';
 import { generateCorpus, type Manifest } from './lib/corpus.js';
 import { saveManifest } from './lib/manifest.js';
 

@@ -50,7 +50,7 @@ const schema = z.object({
   // Connections and maintenance.
   MAX_BUFFERED_BYTES: int(1024).default(8 * 1024 * 1024),
   EXPIRY_SWEEP_SECONDS: int(1).default(60),
-  // Retention (src/ops/prune.ts): off unless RETENTION_OLDER_THAN is set.
+  // Retention (src/store/retention.ts): off unless RETENTION_OLDER_THAN is set.
   RETENTION_OLDER_THAN: optionalText.pipe(z.string().regex(/^\d+[smhdw]$/, 'a duration such as 30d, 12h, 90m').optional()),
   RETENTION_KINDS: optionalText.pipe(
     z.string().regex(/^\d{1,5}(,\d{1,5})*$/, 'comma-separated kinds, e.g. 1,7').refine((v) => v.split(',').every((k) => Number(k) <= 65535), 'kinds are 0-65535').optional(),

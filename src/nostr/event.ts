@@ -3,6 +3,7 @@
 import { createHash } from 'node:crypto';
 import * as secp from 'tiny-secp256k1';
 import { z } from 'zod';
+import * as reason from './reason.js';
 
 export const HEX64 = /^[0-9a-f]{64}$/;
 const HEX128 = /^[0-9a-f]{128}$/;
@@ -36,7 +37,7 @@ export function parseEvent(input: unknown): Checked<NostrEvent> {
   if (result.success) return { ok: true, value: result.data };
   const issue = result.error.issues[0];
   const where = issue.path.length ? issue.path.join('.') + ': ' : '';
-  return { ok: false, reason: `invalid: ${where}${issue.message}` };
+  return { ok: false, reason: reason.invalid(`${where}${issue.message}`) };
 }
 
 /** NIP-01 id serialisation; JSON.stringify escapes exactly as the spec requires (protocol.md 1.2). */
@@ -57,10 +58,12 @@ export function verifySignature(e: NostrEvent): boolean {
   }
 }
 
+export const ID_MISMATCH = reason.invalid('event id does not match the sha256 of its serialization');
+
 /** Recomputes the id (never trusts the client's) and then checks the signature. */
 export function checkIdAndSignature(e: NostrEvent): string | undefined {
-  if (computeEventId(e) !== e.id) return 'invalid: event id does not match the sha256 of its serialization';
-  if (!verifySignature(e)) return 'invalid: bad signature';
+  if (computeEventId(e) !== e.id) return ID_MISMATCH;
+  if (!verifySignature(e)) return reason.invalid('bad signature');
   return undefined;
 }
 

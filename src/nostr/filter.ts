@@ -1,5 +1,6 @@
 // NIP-01 filters: parsing with the relay's limits, and in-memory matching for live events.
 import { HEX64, type Checked, type NostrEvent } from './event.js';
+import * as reason from './reason.js';
 import { indexedTags, isIndexableTagName, isIndexableTagValue } from './tags.js';
 
 export interface TagCondition {
@@ -31,12 +32,12 @@ function isNonNegativeInteger(v: unknown): v is number {
 }
 
 function hexList(key: string, v: unknown, limits: FilterLimits): Checked<string[]> {
-  if (!Array.isArray(v)) return { ok: false, reason: `invalid: "${key}" must be an array` };
+  if (!Array.isArray(v)) return { ok: false, reason: reason.invalid(`"${key}" must be an array`) };
   if (v.length > limits.maxValuesPerArray)
-    return { ok: false, reason: `invalid: "${key}" has more than ${limits.maxValuesPerArray} values` };
+    return { ok: false, reason: reason.invalid(`"${key}" has more than ${limits.maxValuesPerArray} values`) };
   for (const x of v) {
     if (typeof x !== 'string' || !HEX64.test(x))
-      return { ok: false, reason: `invalid: "${key}" values must be 64 lowercase hex characters` };
+      return { ok: false, reason: reason.invalid(`"${key}" values must be 64 lowercase hex characters`) };
   }
   return { ok: true, value: v as string[] };
 }
@@ -44,7 +45,7 @@ function hexList(key: string, v: unknown, limits: FilterLimits): Checked<string[
 /** Parses one filter object. Unknown keys are refused: ignoring them would widen the results. */
 export function parseFilter(input: unknown, limits: FilterLimits): Checked<Filter> {
   if (typeof input !== 'object' || input === null || Array.isArray(input))
-    return { ok: false, reason: 'invalid: a filter must be a JSON object' };
+    return { ok: false, reason: reason.invalid('a filter must be a JSON object') };
   const filter: Filter = { tags: [], limit: limits.defaultLimit };
   for (const [key, v] of Object.entries(input)) {
     if (key === 'ids' || key === 'authors') {
@@ -52,17 +53,17 @@ export function parseFilter(input: unknown, limits: FilterLimits): Checked<Filte
       if (!list.ok) return list;
       filter[key] = [...new Set(list.value)];
     } else if (key === 'kinds') {
-      if (!Array.isArray(v)) return { ok: false, reason: 'invalid: "kinds" must be an array' };
+      if (!Array.isArray(v)) return { ok: false, reason: reason.invalid('"kinds" must be an array') };
       if (v.length > limits.maxValuesPerArray)
-        return { ok: false, reason: `invalid: "kinds" has more than ${limits.maxValuesPerArray} values` };
+        return { ok: false, reason: reason.invalid(`"kinds" has more than ${limits.maxValuesPerArray} values`) };
       if (!v.every((k) => Number.isInteger(k) && k >= 0 && k <= 65535))
-        return { ok: false, reason: 'invalid: "kinds" values must be integers from 0 to 65535' };
+        return { ok: false, reason: reason.invalid('"kinds" values must be integers from 0 to 65535') };
       filter.kinds = [...new Set(v as number[])];
     } else if (key === 'since' || key === 'until') {
-      if (!isNonNegativeInteger(v)) return { ok: false, reason: `invalid: "${key}" must be a non-negative integer` };
+      if (!isNonNegativeInteger(v)) return { ok: false, reason: reason.invalid(`"${key}" must be a non-negative integer`) };
       filter[key] = v;
     } else if (key === 'limit') {
-      if (!isNonNegativeInteger(v)) return { ok: false, reason: 'invalid: "limit" must be a non-negative integer' };
+      if (!isNonNegativeInteger(v)) return { ok: false, reason: reason.invalid('"limit" must be a non-negative integer') };
       filter.limit = Math.min(v, limits.maxLimit);
     } else if (key.startsWith('#') && isIndexableTagName(key.slice(1))) {
       const name = key.slice(1);
@@ -71,9 +72,9 @@ export function parseFilter(input: unknown, limits: FilterLimits): Checked<Filte
         if (!list.ok) return list;
       } else {
         if (!Array.isArray(v) || !v.every((x) => typeof x === 'string'))
-          return { ok: false, reason: `invalid: "${key}" must be an array of strings` };
+          return { ok: false, reason: reason.invalid(`"${key}" must be an array of strings`) };
         if (v.length > limits.maxValuesPerArray)
-          return { ok: false, reason: `invalid: "${key}" has more than ${limits.maxValuesPerArray} values` };
+          return { ok: false, reason: reason.invalid(`"${key}" has more than ${limits.maxValuesPerArray} values`) };
       }
       // A value no event is indexed under can never match, so it is dropped (a list left empty then
       // matches nothing). This also keeps it out of the SQL: PostgreSQL TEXT refuses NUL (the REQ
@@ -81,7 +82,7 @@ export function parseFilter(input: unknown, limits: FilterLimits): Checked<Filte
       const values = (v as string[]).filter((x) => x.isWellFormed() && isIndexableTagValue(x));
       filter.tags.push({ name, values: [...new Set(values)] });
     } else {
-      return { ok: false, reason: `unsupported: filter key "${key}"` };
+      return { ok: false, reason: reason.unsupported(`filter key "${key}"`) };
     }
   }
   return { ok: true, value: filter };

@@ -1,4 +1,5 @@
 // NIP-01 wire messages: parsing what a client sends and encoding what the relay sends.
+import * as reason from './reason.js';
 
 export type ClientMessage =
   | { type: 'EVENT'; event: unknown }
@@ -16,24 +17,24 @@ export function parseClientMessage(text: string): ParsedMessage {
   try {
     data = JSON.parse(text);
   } catch {
-    return fail('invalid: message is not valid JSON');
+    return fail(reason.invalid('message is not valid JSON'));
   }
   if (!Array.isArray(data) || typeof data[0] !== 'string')
-    return fail('invalid: message must be a JSON array starting with a string');
+    return fail(reason.invalid('message must be a JSON array starting with a string'));
   const [verb, ...rest] = data;
   switch (verb) {
     case 'EVENT':
-      if (rest.length !== 1) return fail('invalid: EVENT takes exactly one event');
+      if (rest.length !== 1) return fail(reason.invalid('EVENT takes exactly one event'));
       return { ok: true, message: { type: 'EVENT', event: rest[0] } };
     case 'REQ':
     case 'COUNT':
-      if (typeof rest[0] !== 'string') return fail(`invalid: ${verb} needs a subscription id string`);
+      if (typeof rest[0] !== 'string') return fail(reason.invalid(`${verb} needs a subscription id string`));
       return { ok: true, message: { type: verb, subId: rest[0], filters: rest.slice(1) } };
     case 'CLOSE':
-      if (typeof rest[0] !== 'string') return fail('invalid: CLOSE needs a subscription id string');
+      if (typeof rest[0] !== 'string') return fail(reason.invalid('CLOSE needs a subscription id string'));
       return { ok: true, message: { type: 'CLOSE', subId: rest[0] } };
     default:
-      return fail(`invalid: unknown message type ${JSON.stringify(verb).slice(0, 40)}`);
+      return fail(reason.invalid(`unknown message type ${JSON.stringify(verb).slice(0, 40)}`));
   }
 }
 
@@ -42,16 +43,16 @@ export function eventMessage(subId: string, raw: string): string {
   return `["EVENT",${JSON.stringify(subId)},${raw}]`;
 }
 
-export function okMessage(eventId: string, accepted: boolean, reason = ''): string {
-  return JSON.stringify(['OK', eventId, accepted, reason]);
+export function okMessage(eventId: string, accepted: boolean, message = ''): string {
+  return JSON.stringify(['OK', eventId, accepted, message]);
 }
 
 export function eoseMessage(subId: string): string {
   return JSON.stringify(['EOSE', subId]);
 }
 
-export function closedMessage(subId: string, reason: string): string {
-  return JSON.stringify(['CLOSED', subId, reason]);
+export function closedMessage(subId: string, message: string): string {
+  return JSON.stringify(['CLOSED', subId, message]);
 }
 
 export function noticeMessage(text: string): string {

@@ -21,6 +21,7 @@ import type pg from 'pg';
 import type { Logger } from '../log.js';
 import type { NostrEvent } from '../nostr/event.js';
 import { indexedTags, MAX_INDEXED_TAG_VALUE_BYTES } from '../nostr/tags.js';
+import { hasSqlState, inSqlStateClass, sqlState, SQLSTATE } from '../store/pg-errors.js';
 import { withTransaction } from '../store/write.js';
 import { clearCheckpoint, readCheckpoint, saveCheckpoint } from './checkpoint.js';
 import { estimatedEvents, noProgress, type Progress } from './progress.js';
@@ -73,7 +74,6 @@ export interface BackfillResult extends BackfillCounts {
 // lands there too, which costs nothing but a parse. Only then: the extra filter makes PostgreSQL's
 // row estimates, and so its plan, worse (~30% more CPU per batch).
 const NUL_ESCAPE = '\\u0000';
-const UNSUPPORTED_UNICODE_ESCAPE = '22P05';
 
 /** A batch: the heap blocks [from, to) of `events`. */
 interface BlockRange {
@@ -202,8 +202,8 @@ async function deriveInJs(pool: pg.Pool, range: BlockRange, onlyMissing: boolean
  * SQLSTATEs worth a retry: a concurrent delete of an event in the range (FK check), a row inserted
  * meanwhile by another transaction (unique violation), deadlock, serialization.
  */
-const RETRYABLE = new Set(['23503', '23505', '40P01', '40001']);
-const isDataError = (err: unknown) => /^22/.test(String((err as { code?: string }).code ?? ''));
+const RETRYABLE = [SQLSTATE.foreignKeyViolation, SQLSTATE.uniqueViolation, SQLSTATE.deadlockDetected, SQLSTATE.serializationFailure];
+const isDataError = (err: unknown) => inSqlStateClass(err, '22');
 
 async function backfillBlocks(pool: pg.Pool, range: BlockRange, mode: BatchMode, log?: Logger): Promise<BackfillCounts> {
   let withNulEscapes = false;
@@ -219,8 +219,7 @@ async function backfillBlocks(pool: pg.Pool, range: BlockRange, mode: BatchMode,
       if (by_hand > 0) tagRows += await deriveInJs(pool, range, mode.onlyMissing, true);
       return { events, tagRows };
     } catch (err) {
-      const code = (err as { code?: string }).code ?? '';
-      if (code === UNSUPPORTED_UNICODE_ESCAPE && !withNulEscapes) {
+      if (hasSqlState(err, SQLSTATE.unsupportedUnicodeEscape) && !withNulEscapes) {
         withNulEscapes = true;
         continue;
       }
@@ -230,8 +229,8 @@ async function backfillBlocks(pool: pg.Pool, range: BlockRange, mode: BatchMode,
         const { rows } = await pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM events e WHERE ${IN_RANGE}`, tidBounds(range));
         return { events: rows[0].n, tagRows: await deriveInJs(pool, range, mode.onlyMissing, false) };
       }
-      if (!RETRYABLE.has(code) || attempt >= 5) throw err;
-      log?.debug({ code, attempt }, 'backfill: retrying a batch after a conflict with concurrent writes');
+      if (!hasSqlState(err, ...RETRYABLE) || attempt >= 5) throw err;
+      log?.debug({ code: sqlState(err), attempt }, 'backfill: retrying a batch after a conflict with concurrent writes');
     }
   }
 }

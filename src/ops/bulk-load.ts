@@ -41,7 +41,10 @@ import type pg from 'pg';
 import { from as copyFrom } from 'pg-copy-streams';
 import { planBatch } from '../store/plan-batch.js';
 import { BinaryCopyWriter } from './binary-copy.js';
-import { applyDeletions, deleteReplaced, readFacts, takeLocks, writeBatch, type PreparedEvent, type WriteResult } from '../store/write.js';
+import * as reason from '../nostr/reason.js';
+import { hasSqlState, inSqlStateClass, SQLSTATE } from '../store/pg-errors.js';
+import type { PreparedEvent, WriteResult } from '../store/prepared-event.js';
+import { applyDeletions, deleteReplaced, readFacts, takeLocks, writeBatch } from '../store/write.js';
 
 /**
  * The largest chunk the importers accept: two chunks in flight hold two chunks' worth of advisory
@@ -163,9 +166,9 @@ function deferred(): { promise: Promise<void>; resolve(): void } {
 class StartOver extends Error {}
 
 /** SQLSTATE classes 22 (data exception) and 23 (integrity): caused by some event, not the database. */
-const isDataError = (err: unknown) => /^2[23]/.test(String((err as { code?: string }).code ?? ''));
+const isDataError = (err: unknown) => inSqlStateClass(err, '22', '23');
 /** Deadlock, serialization failure: worth another attempt. */
-const isTransient = (err: unknown) => ['40P01', '40001'].includes(String((err as { code?: string }).code ?? ''));
+const isTransient = (err: unknown) => hasSqlState(err, SQLSTATE.deadlockDetected, SQLSTATE.serializationFailure);
 
 /**
  * Writes chunks in the order they are handed over, two at a time (see the top of this file). Hand
@@ -272,7 +275,7 @@ async function writeSplitting(pool: pg.Pool, chunk: PreparedEvent[]): Promise<Ch
     } catch (err) {
       if (!isDataError(err)) throw err;
       if (part.length === 1) {
-        results.push({ status: 'rejected', reason: `error: the database refused this event (${(err as Error).message})` });
+        results.push({ status: 'rejected', reason: reason.error(`the database refused this event (${(err as Error).message})`) });
         return;
       }
       const half = Math.ceil(part.length / 2);

@@ -4,7 +4,7 @@
 // would; and their outcomes are counted.
 import type pg from 'pg';
 import { addressOf } from '../store/plan-batch.js';
-import type { PreparedEvent } from '../store/write.js';
+import type { PreparedEvent } from '../store/prepared-event.js';
 import { BulkWriter, type BulkOptions } from './bulk-load.js';
 
 export interface ImportCounts {

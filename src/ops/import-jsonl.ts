@@ -6,12 +6,13 @@
 import { createInterface } from 'node:readline';
 import type { Readable } from 'node:stream';
 import type pg from 'pg';
-import { computeEventId, parseEvent, type NostrEvent } from '../nostr/event.js';
+import { computeEventId, ID_MISMATCH, parseEvent, type NostrEvent } from '../nostr/event.js';
 import { isEphemeral } from '../nostr/kinds.js';
-import type { Limits } from '../relay/limits.js';
-import { checkEventPolicy } from '../relay/policy.js';
-import type { SignatureVerifier } from '../relay/verifier.js';
-import { prepareEvent } from '../store/write.js';
+import * as reason from '../nostr/reason.js';
+import type { SignatureVerifier } from '../nostr/verifier.js';
+import { checkWrite, type Policy } from '../policy/policy.js';
+import { importSession } from '../policy/session.js';
+import { prepareEvent } from '../store/prepared-event.js';
 import { bulkOptions } from './bulk-load.js';
 import { countReason, emptyCounts, ImportWriter, type ImportCounts, type ImportItem } from './import-batch.js';
 import { noProgress, type Progress } from './progress.js';
@@ -19,7 +20,8 @@ import { noProgress, type Progress } from './progress.js';
 export const EPHEMERAL_NOT_STORED = 'ephemeral: ephemeral events are not stored';
 
 export interface ImportJsonlOptions {
-  limits: Limits;
+  /** The relay's write rules, checked with importSession (no connection, nobody authenticated). */
+  policy: Policy;
   /** Checks signatures (ids are always recomputed). Without it, signatures are trusted. */
   verifier?: SignatureVerifier;
   /** Events per write transaction. */
@@ -55,17 +57,17 @@ const AHEAD = 3;
 const WRITES_IN_FLIGHT = 2;
 
 /** Parses and checks one line; returns the event, or the reason it is refused. */
-function checkLine(text: string, limits: Limits): { event: NostrEvent } | { reason: string } {
+function checkLine(text: string, policy: Policy): { event: NostrEvent } | { reason: string } {
   let input: unknown;
   try {
     input = JSON.parse(text);
   } catch {
-    return { reason: 'invalid: not valid JSON' };
+    return { reason: reason.invalid('not valid JSON') };
   }
   const parsed = parseEvent(input);
   if (!parsed.ok) return { reason: parsed.reason };
-  const policy = checkEventPolicy(parsed.value, limits, nowSeconds());
-  if (policy) return { reason: policy };
+  const refusal = checkWrite(policy, parsed.value, importSession, nowSeconds());
+  if (refusal) return { reason: refusal };
   return { event: parsed.value };
 }
 
@@ -125,7 +127,7 @@ export async function importJsonl(pool: pg.Pool, input: Readable, options: Impor
       }
       if (text.trim() === '') continue;
       lines++;
-      const checked = checkLine(text, options.limits);
+      const checked = checkLine(text, options.policy);
       if ('reason' in checked) {
         refuse(lineNo, 'invalid', checked.reason);
         continue;
@@ -135,7 +137,7 @@ export async function importJsonl(pool: pg.Pool, input: Readable, options: Impor
         ? options.verifier.verify(event)
         : computeEventId(event) === event.id
           ? undefined
-          : 'invalid: event id does not match the sha256 of its serialization';
+          : ID_MISMATCH;
       if (verdict instanceof Promise) verdict.catch(() => undefined); // awaited in writeInOrder
       batch.push({ line: lineNo, event, verdict });
       if (batch.length >= batchSize) {

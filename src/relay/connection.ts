@@ -6,22 +6,31 @@ import { parseFilter, type Filter } from '../nostr/filter.js';
 import {
   closedMessage, countMessage, eoseMessage, eventMessage, noticeMessage, okMessage, parseClientMessage,
 } from '../nostr/messages.js';
+import * as reason from '../nostr/reason.js';
+import { checkRead } from '../policy/policy.js';
+import type { Session } from '../policy/session.js';
+import { hasSqlState, isPoolExhausted, SQLSTATE } from '../store/pg-errors.js';
 import { countEvents, streamEvents } from '../store/read.js';
 import { nowSeconds, type RelayContext } from './context.js';
 import { broadcast } from './fanout.js';
 import { ingestEvent } from './ingest.js';
 import type { Subscriber } from './subscriptions.js';
 
-const QUERY_CANCELED = '57014'; // PostgreSQL: statement_timeout
-
 /** The CLOSED reason for a failed REQ or COUNT: overload and timeouts say so; the rest is `error:`. */
 function queryFailure(err: unknown, what: string): { reason: string; unexpected: boolean } {
-  if ((err as { code?: string }).code === QUERY_CANCELED) return { reason: `error: ${what} timed out`, unexpected: false };
-  // pg's pool gives up waiting for a free connection: every connection is busy with other queries.
-  if (/timeout exceeded when trying to connect/.test((err as Error).message ?? ''))
-    return { reason: 'rate-limited: the relay is busy answering other queries, try again shortly', unexpected: false };
-  return { reason: `error: could not ${what === 'query' ? 'query stored events' : 'count events'}`, unexpected: true };
+  if (hasSqlState(err, SQLSTATE.queryCanceled)) return { reason: reason.error(`${what} timed out`), unexpected: false };
+  if (isPoolExhausted(err)) return { reason: reason.rateLimited('the relay is busy answering other queries, try again shortly'), unexpected: false };
+  return { reason: reason.error(`could not ${what === 'query' ? 'query stored events' : 'count events'}`), unexpected: true };
 }
+
+/** What the policy rules know of a connection (policy/session.ts). */
+class ConnectionSession implements Session {
+  readonly pubkeys = new Set<string>();
+
+  constructor(readonly address: string) {}
+}
+
+const TOO_SLOW = reason.error('client is reading too slowly');
 
 /** A REQ: stored events first, then live ones. Live matches that arrive before EOSE wait in a queue. */
 class Subscription implements Subscriber {
@@ -60,18 +69,21 @@ export class Connection {
   private closed = false;
   private pendingEvents = 0;
   private corked = false;
+  readonly session: ConnectionSession;
 
   constructor(
     private readonly ws: WebSocket,
     private readonly ctx: RelayContext,
     readonly remote: string,
     private readonly socket: Duplex,
-  ) {}
+  ) {
+    this.session = new ConnectionSession(remote);
+  }
 
   send(text: string): void {
     if (this.closed) return;
     if (this.ws.bufferedAmount > this.ctx.limits.maxBufferedBytes) {
-      this.close(1008, 'error: client is reading too slowly');
+      this.close(1008, TOO_SLOW);
       return;
     }
     // Frames sent in one tick (a batch of stored events, a burst of OKs) leave in one write instead
@@ -100,7 +112,7 @@ export class Connection {
   private async drained(): Promise<boolean> {
     for (let waited = 0; !this.closed && this.backlogged; waited += 10) {
       if (waited > 30_000) {
-        this.close(1008, 'error: client is reading too slowly');
+        this.close(1008, TOO_SLOW);
         return false;
       }
       await new Promise((r) => setTimeout(r, 10));
@@ -143,26 +155,26 @@ export class Connection {
   }
 
   private refuseOversized(data: Buffer): void {
-    const reason = `invalid: message is larger than ${this.ctx.limits.maxMessageBytes} bytes`;
+    const why = reason.invalid(`message is larger than ${this.ctx.limits.maxMessageBytes} bytes`);
     const parsed = parseClientMessage(data.toString('utf8'));
     const id = parsed.ok && parsed.message.type === 'EVENT' ? claimedId(parsed.message.event) : undefined;
     if (parsed.ok && (parsed.message.type === 'REQ' || parsed.message.type === 'COUNT'))
-      return this.send(closedMessage(parsed.message.subId, reason));
-    if (id !== undefined) return this.send(okMessage(id, false, reason));
-    this.send(noticeMessage(reason));
+      return this.send(closedMessage(parsed.message.subId, why));
+    if (id !== undefined) return this.send(okMessage(id, false, why));
+    this.send(noticeMessage(why));
   }
 
   private async onEvent(input: unknown): Promise<void> {
     // Backpressure: a publisher may have only so many events awaiting their OK.
     if (this.pendingEvents >= this.ctx.limits.maxPendingEvents) {
       const id = claimedId(input);
-      const reason = `rate-limited: more than ${this.ctx.limits.maxPendingEvents} events awaiting OK on this connection`;
-      return this.send(id !== undefined ? okMessage(id, false, reason) : noticeMessage(reason));
+      const why = reason.rateLimited(`more than ${this.ctx.limits.maxPendingEvents} events awaiting OK on this connection`);
+      return this.send(id !== undefined ? okMessage(id, false, why) : noticeMessage(why));
     }
     this.pendingEvents++;
     let result;
     try {
-      result = await ingestEvent(this.ctx, input);
+      result = await ingestEvent(this.ctx, this.session, input);
     } finally {
       this.pendingEvents--;
     }
@@ -174,21 +186,25 @@ export class Connection {
     broadcast(this.ctx.subscriptions, result.publish);
   }
 
-  /** Sub id and filter checks shared by REQ and COUNT; sends CLOSED and returns undefined on failure. */
+  /**
+   * Sub id and filter checks shared by REQ and COUNT, then the read rules: the filters narrowed to
+   * what this session may see. Sends CLOSED and returns undefined on failure.
+   */
   private parseFilters(subId: string, inputs: unknown[]): Filter[] | undefined {
     const { limits } = this.ctx;
-    const refuse = (reason: string) => (this.send(closedMessage(subId, reason)), undefined);
+    const refuse = (why: string) => (this.send(closedMessage(subId, why)), undefined);
     if (subId.length === 0 || subId.length > limits.maxSubidLength)
-      return refuse(`invalid: subscription id must be 1 to ${limits.maxSubidLength} characters`);
-    if (inputs.length === 0) return refuse('invalid: at least one filter is required');
-    if (inputs.length > limits.maxFilters) return refuse(`invalid: at most ${limits.maxFilters} filters per request`);
+      return refuse(reason.invalid(`subscription id must be 1 to ${limits.maxSubidLength} characters`));
+    if (inputs.length === 0) return refuse(reason.invalid('at least one filter is required'));
+    if (inputs.length > limits.maxFilters) return refuse(reason.invalid(`at most ${limits.maxFilters} filters per request`));
     const filters: Filter[] = [];
     for (const input of inputs) {
       const parsed = parseFilter(input, limits);
       if (!parsed.ok) return refuse(parsed.reason);
       filters.push(parsed.value);
     }
-    return filters;
+    const readable = checkRead(this.ctx.policy, filters, this.session);
+    return readable.ok ? readable.filters : refuse(readable.reason);
   }
 
   private endSubscription(sub: Subscription): void {
@@ -203,7 +219,7 @@ export class Connection {
     const filters = this.parseFilters(subId, inputs);
     if (!filters) return;
     if (this.subscriptions.size >= this.ctx.limits.maxSubscriptions)
-      return this.send(closedMessage(subId, `rate-limited: at most ${this.ctx.limits.maxSubscriptions} open subscriptions per connection`));
+      return this.send(closedMessage(subId, reason.rateLimited(`at most ${this.ctx.limits.maxSubscriptions} open subscriptions per connection`)));
 
     const sub = new Subscription(subId, this);
     this.subscriptions.set(subId, sub);
@@ -223,9 +239,9 @@ export class Connection {
     } catch (err) {
       if (sub.closed) return;
       this.endSubscription(sub);
-      const { reason, unexpected } = queryFailure(err, 'query');
-      if (unexpected) this.ctx.log.error({ err: (err as Error).message, subId }, 'REQ query failed');
-      return this.send(closedMessage(subId, reason));
+      const failure = queryFailure(err, 'query');
+      if (failure.unexpected) this.ctx.log.error({ err: (err as Error).message, subId }, 'REQ query failed');
+      return this.send(closedMessage(subId, failure.reason));
     }
     if (!sub.closed) sub.goLive();
   }

@@ -1,15 +1,18 @@
 import type pg from 'pg';
 import type { Config } from '../config.js';
 import type { Logger } from '../log.js';
+import type { SignatureVerifier } from '../nostr/verifier.js';
+import type { Limits } from '../policy/limits.js';
+import type { Policy } from '../policy/policy.js';
 import type { EventWriter } from '../store/writer.js';
-import type { Limits } from './limits.js';
 import type { SubscriptionIndex } from './subscriptions.js';
-import type { SignatureVerifier } from './verifier.js';
 
 /** The state shared by every connection of one relay process. */
 export interface RelayContext {
   config: Config;
-  limits: Limits;
+  /** The write and read rules every EVENT, REQ and COUNT is checked against. */
+  policy: Policy;
+  limits: Limits; // policy.limits
   pool: pg.Pool;
   log: Logger;
   subscriptions: SubscriptionIndex;

@@ -1,11 +1,14 @@
-// The EVENT path: shape → policy → id and signature (worker pool) → group-committed write (or, for
-// ephemeral kinds, nothing) → the reply. Fan-out is the caller's next step, after it has sent OK.
+// The EVENT path: shape → write rules (with the connection's session) → id and signature (worker
+// pool) → group-committed write (or, for ephemeral kinds, nothing) → the reply. Fan-out is the
+// caller's next step, after it has sent OK.
 import { claimedId, parseEvent } from '../nostr/event.js';
 import { isEphemeral } from '../nostr/kinds.js';
-import { prepareEvent, type PreparedEvent } from '../store/write.js';
+import * as reason from '../nostr/reason.js';
+import { checkWrite } from '../policy/policy.js';
+import type { Session } from '../policy/session.js';
+import { prepareEvent, type PreparedEvent } from '../store/prepared-event.js';
 import { WriterBusyError } from '../store/writer.js';
 import { nowSeconds, type RelayContext } from './context.js';
-import { checkEventPolicy } from './policy.js';
 
 export interface IngestResult {
   id: string;
@@ -15,33 +18,33 @@ export interface IngestResult {
   publish?: PreparedEvent;
 }
 
-export async function ingestEvent(ctx: RelayContext, input: unknown): Promise<IngestResult> {
+export async function ingestEvent(ctx: RelayContext, session: Session, input: unknown): Promise<IngestResult> {
   const parsed = parseEvent(input);
   if (!parsed.ok) return { id: claimedId(input) ?? '', accepted: false, reason: parsed.reason };
   const event = parsed.value;
-  const refuse = (reason: string): IngestResult => ({ id: event.id, accepted: false, reason });
-  // Policy first: it is cheap, and spares the signature check for events we refuse anyway.
-  const policy = checkEventPolicy(event, ctx.limits, nowSeconds());
-  if (policy) return refuse(policy);
+  const refuse = (why: string): IngestResult => ({ id: event.id, accepted: false, reason: why });
+  // Rules first: they are cheap, and spare the signature check for events we refuse anyway.
+  const refusal = checkWrite(ctx.policy, event, session, nowSeconds());
+  if (refusal) return refuse(refusal);
   const invalid = await ctx.verifier.verify(event);
   if (invalid) return refuse(invalid);
 
   const prepared = prepareEvent(event);
   if (isEphemeral(event.kind)) return { id: event.id, accepted: true, reason: '', publish: prepared };
-  if (ctx.closing) return refuse('error: relay is shutting down, try again later');
+  if (ctx.closing) return refuse(reason.error('relay is shutting down, try again later'));
   try {
     const result = await ctx.writer.submit(prepared);
     switch (result.status) {
       case 'stored':
         return { id: event.id, accepted: true, reason: '', publish: prepared };
       case 'duplicate':
-        return { id: event.id, accepted: true, reason: 'duplicate: already have this event' };
+        return { id: event.id, accepted: true, reason: reason.duplicate('already have this event') };
       case 'rejected':
         return refuse(result.reason);
     }
   } catch (err) {
-    if (err instanceof WriterBusyError) return refuse('rate-limited: the relay is busy writing, try again shortly');
+    if (err instanceof WriterBusyError) return refuse(reason.rateLimited('the relay is busy writing, try again shortly'));
     ctx.log.error({ err: (err as Error).message, id: event.id }, 'storing an event failed');
-    return refuse('error: could not store the event, try again later');
+    return refuse(reason.error('could not store the event, try again later'));
   }
 }

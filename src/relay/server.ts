@@ -1,5 +1,6 @@
-// The relay process's network side: HTTP (NIP-11) and WebSocket on one port, heartbeats, the expiry
-// sweep, and an orderly shutdown that answers every in-flight write before closing sockets.
+// The relay process's network side: HTTP (one router: NIP-11 and what comes next) and WebSocket on one
+// port, heartbeats, the expiry and retention sweeps, and an orderly shutdown that answers every
+// in-flight write before closing sockets.
 import { createServer, type IncomingMessage } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type pg from 'pg';
@@ -7,15 +8,17 @@ import { WebSocketServer, type RawData, type WebSocket } from 'ws';
 import type { Config } from '../config.js';
 import type { Logger } from '../log.js';
 import { noticeMessage } from '../nostr/messages.js';
+import * as reason from '../nostr/reason.js';
+import { SignatureVerifier } from '../nostr/verifier.js';
+import { policyFrom } from '../policy/policy.js';
 import { deleteExpiredEvents } from '../store/expiry.js';
-import { startRetention } from '../ops/prune.js';
+import { startRetention } from '../store/retention.js';
+import { EventWriter } from '../store/writer.js';
 import { Connection } from './connection.js';
 import { nowSeconds, type RelayContext } from './context.js';
-import { limitsFrom } from './limits.js';
-import { handleHttp, relayInformation } from './nip11.js';
+import { relayEndpoint, relayInformation } from './http/nip11.js';
+import { HttpRouter } from './http/router.js';
 import { SubscriptionIndex } from './subscriptions.js';
-import { SignatureVerifier } from './verifier.js';
-import { EventWriter } from '../store/writer.js';
 
 export interface RelayServer {
   url: string;
@@ -38,9 +41,11 @@ function remoteAddress(req: IncomingMessage, trustProxy: boolean): string {
 }
 
 export async function startRelay(config: Config, pool: pg.Pool, log: Logger): Promise<RelayServer> {
-  const limits = limitsFrom(config);
+  const policy = policyFrom(config);
+  const { limits } = policy;
   const ctx: RelayContext = {
     config,
+    policy,
     limits,
     pool,
     log,
@@ -49,8 +54,8 @@ export async function startRelay(config: Config, pool: pg.Pool, log: Logger): Pr
     writer: new EventWriter(pool, log, config.WRITE_BATCH_SIZE, config.WRITE_QUEUE_MAX, config.WRITE_CONCURRENCY),
     closing: false,
   };
-  const info = relayInformation(config, limits);
-  const http = createServer((req, res) => handleHttp(req, res, info));
+  const router = new HttpRouter(log).add(relayEndpoint(relayInformation(config, limits)));
+  const http = createServer(router.handle);
   // The frame cap is above the announced limit so an oversized message still gets a NIP-01 reply;
   // beyond it ws closes the connection (1009) without buffering the rest.
   const wss = new WebSocketServer({ server: http, maxPayload: limits.maxMessageBytes * 2, perMessageDeflate: false });
@@ -65,7 +70,7 @@ export async function startRelay(config: Config, pool: pg.Pool, log: Logger): Pr
     ws.on('message', (data) => {
       connection.onMessage(toBuffer(data)).catch((err) => {
         log.error({ err: (err as Error).message, stack: (err as Error).stack }, 'message handling failed');
-        connection.send(noticeMessage('error: internal error'));
+        connection.send(noticeMessage(reason.error('internal error')));
       });
     });
     ws.on('close', () => {

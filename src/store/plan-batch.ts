@@ -3,8 +3,9 @@
 // the events one by one, in arrival order, would give (NIP-01 replacement, NIP-09 deletion, duplicates),
 // so batching is invisible to clients.
 import { HEX64 } from '../nostr/event.js';
-import { KIND_DELETION, kindClass } from '../nostr/kinds.js';
-import type { PreparedEvent, WriteResult } from './write.js';
+import { KIND_DELETION, KIND_GIFT_WRAP, KIND_VANISH, kindClass } from '../nostr/kinds.js';
+import * as reason from '../nostr/reason.js';
+import type { PreparedEvent, WriteResult } from './prepared-event.js';
 
 /** What the database holds that bears on a batch (read under the batch's advisory locks). */
 export interface StoredFacts {
@@ -34,8 +35,8 @@ export interface BatchPlan {
   deletions: DeletionRequest[];
 }
 
-export const NEWER_VERSION_STORED = 'blocked: a newer version of this event is stored';
-export const DELETED_BY_AUTHOR = 'blocked: this event was deleted by its author';
+export const NEWER_VERSION_STORED = reason.blocked('a newer version of this event is stored');
+export const DELETED_BY_AUTHOR = reason.blocked('this event was deleted by its author');
 
 /** NIP-09 targets of a kind 5: `e` ids, and `a` addresses of its own author (replaceable d = ""). */
 export function deletionTargets(p: PreparedEvent): DeletionRequest {
@@ -64,7 +65,7 @@ export function addressOf(p: PreparedEvent): string | undefined {
 }
 
 /** Kinds a deletion request never removes (NIP-09: a deletion of a deletion has no effect; NIP-62). */
-const UNDELETABLE = new Set([KIND_DELETION, 62]);
+const UNDELETABLE = new Set([KIND_DELETION, KIND_VANISH]);
 
 /**
  * May a kind 5 signed by `requester` delete `p` by id? Its author may; so may the recipient of a gift
@@ -72,7 +73,7 @@ const UNDELETABLE = new Set([KIND_DELETION, 62]);
  * a wrap stored before the deletion is removed, one arriving after it is refused.
  */
 function mayDeleteById(requester: string, p: PreparedEvent): boolean {
-  return p.event.pubkey === requester || (p.event.kind === 1059 && p.tags.some(([n, v]) => n === 'p' && v === requester));
+  return p.event.pubkey === requester || (p.event.kind === KIND_GIFT_WRAP && p.tags.some(([n, v]) => n === 'p' && v === requester));
 }
 
 /** Does the kind 5 `d` (its targets) delete `p`? */

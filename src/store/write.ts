@@ -3,39 +3,9 @@
 // (plan-batch.ts), then a handful of multi-row statements whatever its size. `OK true` is sent only
 // after this commits, so an acknowledged event is durable.
 import type pg from 'pg';
-import type { NostrEvent } from '../nostr/event.js';
-import { canonicalEventJson } from '../nostr/event.js';
-import { KIND_DELETION, kindClass, type KindClass } from '../nostr/kinds.js';
-import { dTagOf, expirationOf, indexedTags } from '../nostr/tags.js';
+import { KIND_DELETION, KIND_GIFT_WRAP, KIND_VANISH } from '../nostr/kinds.js';
 import { addressKey, addressOf, deletionTargets, planBatch, type BatchPlan, type DeletionRequest, type StoredFacts } from './plan-batch.js';
-
-/** An event with everything storage needs derived once. */
-export interface PreparedEvent {
-  event: NostrEvent;
-  raw: string;
-  kindClass: KindClass;
-  /** '' for replaceable, the d value for addressable, null otherwise: the replacement key. */
-  dTag: string | null;
-  expiresAt: number | null;
-  tags: Array<[string, string]>;
-}
-
-export function prepareEvent(event: NostrEvent): PreparedEvent {
-  const cls = kindClass(event.kind);
-  return {
-    event,
-    raw: canonicalEventJson(event),
-    kindClass: cls,
-    dTag: cls === 'replaceable' ? '' : cls === 'addressable' ? dTagOf(event.tags) : null,
-    expiresAt: expirationOf(event.tags) ?? null,
-    tags: indexedTags(event.tags),
-  };
-}
-
-export type WriteResult =
-  | { status: 'stored' }
-  | { status: 'duplicate' }
-  | { status: 'rejected'; reason: string };
+import type { PreparedEvent, WriteResult } from './prepared-event.js';
 
 const hex = (s: string) => Buffer.from(s, 'hex');
 
@@ -160,8 +130,8 @@ export async function applyDeletions(client: pg.PoolClient, deletions: DeletionR
   if (byId.ids.length) {
     await client.query(
       `DELETE FROM events e USING unnest($1::bytea[], $2::bytea[], $3::text[]) AS d(id, pubkey, hex_pubkey)
-        WHERE e.id = d.id AND e.kind NOT IN (5, 62)
-          AND (e.pubkey = d.pubkey OR (e.kind = 1059 AND EXISTS (
+        WHERE e.id = d.id AND e.kind NOT IN (${KIND_DELETION}, ${KIND_VANISH})
+          AND (e.pubkey = d.pubkey OR (e.kind = ${KIND_GIFT_WRAP} AND EXISTS (
             SELECT 1 FROM event_tags t WHERE t.event_id = e.id AND t.name = 'p' AND t.value = d.hex_pubkey)))`,
       [byId.ids, byId.pubkeys, byId.hexPubkeys],
     );

@@ -3,7 +3,9 @@
 // ~8,800/s in batches). Each caller's promise settles only after its batch has committed.
 import type pg from 'pg';
 import type { Logger } from '../log.js';
-import { writeBatch, type PreparedEvent, type WriteResult } from './write.js';
+import { inSqlStateClass } from './pg-errors.js';
+import type { PreparedEvent, WriteResult } from './prepared-event.js';
+import { writeBatch } from './write.js';
 
 export class WriterBusyError extends Error {}
 
@@ -20,7 +22,7 @@ export interface WriterStats {
 }
 
 /** SQLSTATE classes 22 (data exception) and 23 (integrity): caused by some event, not the database. */
-const isDataError = (err: unknown) => /^2[23]/.test(String((err as { code?: string }).code ?? ''));
+const isDataError = (err: unknown) => inSqlStateClass(err, '22', '23');
 
 export class EventWriter {
   private queue: Pending[] = [];

@@ -7,13 +7,14 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { BulkWriter, bulkOptions } from '../../src/ops/bulk-load.js';
 import { importJsonl } from '../../src/ops/import-jsonl.js';
 import type { NostrEvent } from '../../src/nostr/event.js';
-import { limitsFrom } from '../../src/relay/limits.js';
+import { policyFrom } from '../../src/policy/policy.js';
 import type { Database } from '../../src/store/database.js';
 import { addressOf } from '../../src/store/plan-batch.js';
-import { prepareEvent, writeBatch, type PreparedEvent, type WriteResult } from '../../src/store/write.js';
+import { prepareEvent, type PreparedEvent, type WriteResult } from '../../src/store/prepared-event.js';
+import { writeBatch } from '../../src/store/write.js';
 import { openTestStore, ordinaryRolePool, tagRows, testConfig, unsignedEvent } from './helpers.js';
 
-const limits = limitsFrom(testConfig());
+const policy = policyFrom(testConfig());
 const T0 = 1_700_000_000;
 
 /** A small deterministic PRNG (mulberry32), so a failure can be replayed. */
@@ -166,7 +167,7 @@ describe('bulk write path', () => {
       for (const db of [relayPath, bulkPath]) await writeBatch(db.pool, stored.map(prepareEvent));
 
       const expected = await writeThroughWriteBatch(relayPath.pool, input, batchSize);
-      const result = await importJsonl(bulkPath.pool, jsonl(input), { limits, batchSize });
+      const result = await importJsonl(bulkPath.pool, jsonl(input), { policy, batchSize });
 
       expect(await eventRows(bulkPath.pool)).toEqual(await eventRows(relayPath.pool));
       expect(await tagRows(bulkPath.pool)).toEqual(await tagRows(relayPath.pool));
@@ -186,7 +187,7 @@ describe('bulk write path', () => {
     if (!ordinary) return; // the test server does not let us create a role: nothing to compare
     try {
       expect(await bulkOptions(ordinary.pool)).toEqual({ skipTagForeignKeyCheck: false });
-      const result = await importJsonl(ordinary.pool, jsonl(input), { limits, batchSize: 30 });
+      const result = await importJsonl(ordinary.pool, jsonl(input), { policy, batchSize: 30 });
       expect(result).toMatchObject(expected);
     } finally {
       await ordinary.close();
@@ -219,7 +220,7 @@ describe('bulk write path', () => {
     // The import's versions and the relay's interleave in time; neither side's order is monotonic.
     const imported = Array.from({ length: 300 }, (_, i) => version((i * 7919) % 600, 'import'));
     const published = Array.from({ length: 60 }, (_, i) => version((i * 104729) % 600 + 1, 'relay'));
-    const importing = importJsonl(bulkPath.pool, jsonl(imported), { limits, batchSize: 20 });
+    const importing = importJsonl(bulkPath.pool, jsonl(imported), { policy, batchSize: 20 });
     const publishing = (async () => {
       for (const e of published) await writeBatch(bulkPath.pool, [prepareEvent(e)]);
     })();
@@ -234,7 +235,7 @@ describe('bulk write path', () => {
     const author = AUTHORS[2];
     const targets = Array.from({ length: 200 }, (_, i) => unsignedEvent({ pubkey: author, kind: 1, created_at: T0 + i, content: `target ${i}` }));
     const deletions = targets.map((t, i) => unsignedEvent({ pubkey: author, kind: 5, created_at: T0 + 1000 + i, tags: [['e', t.id]] }));
-    const importing = importJsonl(bulkPath.pool, jsonl(deletions), { limits, batchSize: 25 });
+    const importing = importJsonl(bulkPath.pool, jsonl(deletions), { policy, batchSize: 25 });
     const publishing = (async () => {
       for (const e of targets) await writeBatch(bulkPath.pool, [prepareEvent(e)]);
     })();

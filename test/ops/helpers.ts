@@ -6,7 +6,8 @@ import { parseConfig, type Config } from '../../src/config.js';
 import { createLogger } from '../../src/log.js';
 import { computeEventId, type NostrEvent } from '../../src/nostr/event.js';
 import { openDatabase, type Database } from '../../src/store/database.js';
-import { prepareEvent, writeBatch } from '../../src/store/write.js';
+import { prepareEvent } from '../../src/store/prepared-event.js';
+import { writeBatch } from '../../src/store/write.js';
 import { createTestDatabase } from '../support/database.js';
 
 export const silentLog = createLogger('silent');

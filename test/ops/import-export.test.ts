@@ -3,13 +3,13 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { exportEvents, parseExportFilters } from '../../src/ops/export.js';
 import { importJsonl } from '../../src/ops/import-jsonl.js';
 import { canonicalEventJson, type NostrEvent } from '../../src/nostr/event.js';
-import { limitsFrom } from '../../src/relay/limits.js';
-import { SignatureVerifier } from '../../src/relay/verifier.js';
+import { policyFrom } from '../../src/policy/policy.js';
+import { SignatureVerifier } from '../../src/nostr/verifier.js';
 import type { Database } from '../../src/store/database.js';
 import { newSigner, now } from '../support/keys.js';
 import { openTestStore, storedRaw, store, tagRows, testConfig, unsignedEvent } from './helpers.js';
 
-const limits = limitsFrom(testConfig());
+const policy = policyFrom(testConfig());
 const alice = newSigner();
 const bob = newSigner();
 const t = now() - 10_000;
@@ -108,7 +108,7 @@ describe('import', () => {
     await exportEvents(source.pool, sink);
     const target = await openTestStore();
     try {
-      const result = await importJsonl(target.pool, Readable.from([sink.chunks.join('')]), { limits, verifier, batchSize: 7 });
+      const result = await importJsonl(target.pool, Readable.from([sink.chunks.join('')]), { policy, verifier, batchSize: 7 });
       expect(result).toMatchObject({ lines: corpus.length, accepted: corpus.length, duplicate: 0, invalid: 0, rejected: 0, complete: true });
       expect(await storedRaw(target.pool)).toEqual(corpus.map(canonicalEventJson).sort());
       expect(await tagRows(target.pool)).toEqual(await tagRows(source.pool));
@@ -147,7 +147,7 @@ describe('import', () => {
           { ...note, kind: 'one' }, // 12: bad shape
           ephemeral, // 13
         ]),
-        { limits, verifier, batchSize: 3, onRefused: (line, reason) => refused.push([line, reason]) },
+        { policy, verifier, batchSize: 3, onRefused: (line, reason) => refused.push([line, reason]) },
       );
       expect(result).toMatchObject({ lines: 12, accepted: 4, duplicate: 1, replaced: 1, invalid: 4, rejected: 3 });
       // Invalid lines are reported as read, refusals by the write rules after their batch is written.
@@ -172,7 +172,7 @@ describe('import', () => {
       const good = alice.sign({ kind: 1, created_at: t, content: 'good' });
       const badSig = { ...alice.sign({ kind: 1, created_at: t + 1, content: 'a' }), sig: 'f'.repeat(128) };
       const badId = { ...alice.sign({ kind: 1, created_at: t + 2, content: 'c' }), content: 'changed' };
-      const result = await importJsonl(target.pool, jsonl([good, badSig, badId]), { limits });
+      const result = await importJsonl(target.pool, jsonl([good, badSig, badId]), { policy });
       expect(result).toMatchObject({ accepted: 2, invalid: 1 });
     } finally {
       await target.close();
@@ -185,7 +185,7 @@ describe('import', () => {
       const expired = alice.sign({ kind: 1, created_at: t, tags: [['expiration', String(t + 1)]] });
       const future = alice.sign({ kind: 1, created_at: now() + 86_400 });
       const refused: string[] = [];
-      const result = await importJsonl(target.pool, jsonl([expired, future]), { limits, verifier, onRefused: (_l, r) => refused.push(r) });
+      const result = await importJsonl(target.pool, jsonl([expired, future]), { policy, verifier, onRefused: (_l, r) => refused.push(r) });
       expect(result).toMatchObject({ accepted: 0, invalid: 2 });
       expect(refused).toEqual(['invalid: event expired', expect.stringMatching(/^invalid: created_at is more than/)]);
     } finally {

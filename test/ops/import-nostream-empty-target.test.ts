@@ -5,11 +5,11 @@
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { readCheckpoint } from '../../src/ops/checkpoint.js';
-import { TargetNotEmptyError } from '../../src/ops/empty-target-load.js';
-import { emptyTargetCheckpointName, importNostream, nostreamCheckpointName, type ImportNostreamOptions } from '../../src/ops/import-nostream.js';
+import { TargetNotEmptyError } from '../../src/ops/nostream/empty-target-load.js';
+import { emptyTargetCheckpointName, importNostream, nostreamCheckpointName, type ImportNostreamOptions } from '../../src/ops/nostream/import-nostream.js';
 import type { NostrEvent } from '../../src/nostr/event.js';
-import { limitsFrom } from '../../src/relay/limits.js';
-import { SignatureVerifier } from '../../src/relay/verifier.js';
+import { policyFrom } from '../../src/policy/policy.js';
+import { SignatureVerifier } from '../../src/nostr/verifier.js';
 import { openDatabase, withDatabaseName, type Database } from '../../src/store/database.js';
 import { nostreamEventsTable } from '../../bench/lib/nostream-schema.js';
 import { runCli } from '../support/cli.js';
@@ -17,7 +17,7 @@ import { createTestDatabase } from '../support/database.js';
 import { newSigner, now, type Signer } from '../support/keys.js';
 import { insertNostreamRows, openTestStore, type NostreamRow, silentLog, store, storedIds, tagRows, testConfig } from './helpers.js';
 
-const limits = limitsFrom(testConfig());
+const policy = policyFrom(testConfig());
 const t = now() - 10_000;
 const alice = newSigner();
 const bob = newSigner();
@@ -162,7 +162,7 @@ async function schema(pool: pg.Pool): Promise<unknown> {
   return { indexes: indexes.rows, constraints: constraints.rows };
 }
 
-const run = (db: Database, options: Partial<ImportNostreamOptions> = {}) => importNostream(source, db.pool, checkpointName, { limits, batchSize: 4, ...options });
+const run = (db: Database, options: Partial<ImportNostreamOptions> = {}) => importNostream(source, db.pool, checkpointName, { policy, batchSize: 4, ...options });
 
 /** The store the normal mode leaves, computed once. */
 let normal: { events: unknown[]; tags: string[] } | undefined;
@@ -329,7 +329,7 @@ describe('import-nostream --empty-target', () => {
     const verifier = new SignatureVerifier(0);
     try {
       await fillSource(small, [forgedNote, forgedDeletion, notes[0], notes[1]].map((event) => ({ event })));
-      const result = await importNostream(small, db.pool, nostreamCheckpointName(url), { limits, verifier, emptyTarget: true });
+      const result = await importNostream(small, db.pool, nostreamCheckpointName(url), { policy, verifier, emptyTarget: true });
       expect(result).toMatchObject({ complete: true, accepted: 2, invalid: 2, reasons: { 'invalid: bad signature': 2 }, emptyTargetLoad: { read: 3 } });
       expect(await storedIds(db.pool)).toEqual(new Set([notes[0].id, notes[1].id]));
     } finally {

@@ -3,11 +3,11 @@
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { readCheckpoint } from '../../src/ops/checkpoint.js';
-import { importNostream, nostreamCheckpointName } from '../../src/ops/import-nostream.js';
+import { importNostream, nostreamCheckpointName } from '../../src/ops/nostream/import-nostream.js';
 import { canonicalEventJson, type NostrEvent } from '../../src/nostr/event.js';
 import { indexedTags } from '../../src/nostr/tags.js';
-import { limitsFrom } from '../../src/relay/limits.js';
-import { SignatureVerifier } from '../../src/relay/verifier.js';
+import { policyFrom } from '../../src/policy/policy.js';
+import { SignatureVerifier } from '../../src/nostr/verifier.js';
 import type { Database } from '../../src/store/database.js';
 import { createTestDatabase } from '../support/database.js';
 import { newSigner, now } from '../support/keys.js';
@@ -26,7 +26,7 @@ interface Row {
 
 let source: pg.Pool;
 let sourceUrl: string;
-const limits = limitsFrom(testConfig());
+const policy = policyFrom(testConfig());
 const alice = newSigner();
 const bob = newSigner();
 const t = now() - 1000;
@@ -118,7 +118,7 @@ describe('import-nostream', () => {
     try {
       const refused: Array<[string, string]> = [];
       const result = await importNostream(source, target.pool, nostreamCheckpointName(sourceUrl), {
-        limits,
+        policy,
         batchSize: 5,
         onRefused: (id, reason) => refused.push([id, reason]),
       });
@@ -160,8 +160,9 @@ describe('import-nostream', () => {
   it('keeps soft-deleted events out for good: the imported kind 5 blocks a republication', async () => {
     const target = await freshTarget();
     try {
-      await importNostream(source, target.pool, nostreamCheckpointName(sourceUrl), { limits });
-      const { prepareEvent, writeBatch } = await import('../../src/store/write.js');
+      await importNostream(source, target.pool, nostreamCheckpointName(sourceUrl), { policy });
+      const { writeBatch } = await import('../../src/store/write.js');
+      const { prepareEvent } = await import('../../src/store/prepared-event.js');
       const [again] = await writeBatch(target.pool, [prepareEvent(deletedByKind5)]);
       expect(again).toEqual({ status: 'rejected', reason: expect.stringMatching(/^blocked: .*deleted/) });
     } finally {
@@ -174,11 +175,11 @@ describe('import-nostream', () => {
     const resumed = await freshTarget();
     const name = nostreamCheckpointName(sourceUrl);
     try {
-      const full = await importNostream(source, whole.pool, name, { limits, batchSize: 4 });
-      const part = await importNostream(source, resumed.pool, name, { limits, batchSize: 4, maxBatches: 2 });
+      const full = await importNostream(source, whole.pool, name, { policy, batchSize: 4 });
+      const part = await importNostream(source, resumed.pool, name, { policy, batchSize: 4, maxBatches: 2 });
       expect(part).toMatchObject({ complete: false, read: 8 });
       expect(await readCheckpoint(resumed.pool, name)).toMatchObject({ counts: { read: 8 } });
-      const rest = await importNostream(source, resumed.pool, name, { limits, batchSize: 4 });
+      const rest = await importNostream(source, resumed.pool, name, { policy, batchSize: 4 });
       expect(rest).toMatchObject({ complete: true, readThisRun: rows.length - 8 });
       expect(await storedRaw(resumed.pool)).toEqual(await storedRaw(whole.pool));
       expect(await tagRows(resumed.pool)).toEqual(await tagRows(whole.pool));
@@ -206,7 +207,7 @@ describe('import-nostream', () => {
           [Buffer.from(e.id, 'hex'), Buffer.from(e.pubkey, 'hex'), e.kind, e.created_at, e.content, JSON.stringify(e.tags), Buffer.from(e.sig, 'hex')],
         );
       }
-      const result = await importNostream(small, target.pool, nostreamCheckpointName(url), { limits, verifier });
+      const result = await importNostream(small, target.pool, nostreamCheckpointName(url), { policy, verifier });
       expect(result).toMatchObject({ accepted: 1, invalid: 1, reasons: { 'invalid: bad signature': 1 } });
       expect(await storedRaw(target.pool)).toEqual([canonicalEventJson(note)]);
     } finally {
@@ -222,7 +223,7 @@ describe('import-nostream', () => {
     const target = await openTestStore();
     try {
       await other.query('CREATE TABLE events (id bytea PRIMARY KEY, raw text)');
-      await expect(importNostream(other, target.pool, 'x', { limits })).rejects.toThrow(/no nostream events table.*event_id/);
+      await expect(importNostream(other, target.pool, 'x', { policy })).rejects.toThrow(/no nostream events table.*event_id/);
     } finally {
       await other.end();
       await target.close();

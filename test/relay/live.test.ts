@@ -4,7 +4,8 @@
 import type { PoolClient } from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { NostrEvent } from '../../src/nostr/event.js';
-import { prepareEvent, writeEvent } from '../../src/store/write.js';
+import { prepareEvent } from '../../src/store/prepared-event.js';
+import { writeEvent } from '../../src/store/write.js';
 import { TestClient } from '../support/client.js';
 import { unique } from '../support/events.js';
 import { newSigner, now } from '../support/keys.js';

@@ -3,7 +3,8 @@
 // unaffected.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Socket } from 'node:net';
-import { prepareEvent, writeEvent } from '../../src/store/write.js';
+import { prepareEvent } from '../../src/store/prepared-event.js';
+import { writeEvent } from '../../src/store/write.js';
 import { TestClient } from '../support/client.js';
 import { newSigner, now } from '../support/keys.js';
 import { startTestRelay, type TestRelay } from '../support/relay.js';

@@ -7,7 +7,8 @@ import type pg from 'pg';
 import type { NostrEvent } from '../../src/nostr/event.js';
 import { parseFilter, type Filter, type FilterLimits } from '../../src/nostr/filter.js';
 import { countEvents, streamEvents } from '../../src/store/read.js';
-import { prepareEvent, writeEvent } from '../../src/store/write.js';
+import { prepareEvent } from '../../src/store/prepared-event.js';
+import { writeEvent } from '../../src/store/write.js';
 
 /** A filter as a client sends it. */
 export type RawFilter = {

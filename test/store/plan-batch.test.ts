@@ -2,7 +2,7 @@
 // by one in arrival order: batching is invisible to clients.
 import { describe, expect, it } from 'vitest';
 import { DELETED_BY_AUTHOR, NEWER_VERSION_STORED, planBatch, type StoredFacts } from '../../src/store/plan-batch.js';
-import { prepareEvent } from '../../src/store/write.js';
+import { prepareEvent } from '../../src/store/prepared-event.js';
 import { newSigner, now } from '../support/keys.js';
 
 const empty = (): StoredFacts => ({ existingIds: new Set(), deletedIds: new Map(), deletedAddresses: new Map(), current: new Map() });

@@ -9,7 +9,8 @@ import { createPool, openDatabase, type Database } from '../../src/store/databas
 import { namedCursor, preparedStatementNames } from '../../src/store/prepared-cursor.js';
 import { paddedLength, PLAN_REUSE_MIN_VALUES, readPrelude, reqToSql, TAG_COUNT_CAP } from '../../src/store/query.js';
 import { streamEvents } from '../../src/store/read.js';
-import { prepareEvent, writeEvent } from '../../src/store/write.js';
+import { prepareEvent } from '../../src/store/prepared-event.js';
+import { writeEvent } from '../../src/store/write.js';
 import { createTestDatabase } from '../support/database.js';
 import { ids, newestFirst, randomHex64 } from '../support/events.js';
 import { newSigner, now } from '../support/keys.js';

@@ -1,9 +1,9 @@
 import pg from 'pg';
 import { MAX_CHUNK_EVENTS } from '../../ops/bulk-load.js';
-import { importNostream, nostreamCheckpointName } from '../../ops/import-nostream.js';
+import { importNostream, nostreamCheckpointName } from '../../ops/nostream/import-nostream.js';
 import { createProgress } from '../../ops/progress.js';
-import { limitsFrom } from '../../relay/limits.js';
-import { SignatureVerifier } from '../../relay/verifier.js';
+import { SignatureVerifier } from '../../nostr/verifier.js';
+import { policyFrom } from '../../policy/policy.js';
 import type { Command } from '../command.js';
 import { formatImportSummary } from './import.js';
 import { formatCount, formatRate, intOption, openStore, parseOptions, refusalPrinter, stopOnSignals, UsageError } from './shared.js';
@@ -70,7 +70,7 @@ examples:
     const stop = stopOnSignals(log);
     try {
       const result = await importNostream(source, db.pool, nostreamCheckpointName(values.from), {
-        limits: limitsFrom(config),
+        policy: policyFrom(config),
         verifier,
         batchSize,
         emptyTarget: values['empty-target'],

@@ -4,8 +4,8 @@ import type { Readable } from 'node:stream';
 import { MAX_CHUNK_EVENTS } from '../../ops/bulk-load.js';
 import { importJsonl, type ImportJsonlResult } from '../../ops/import-jsonl.js';
 import { createProgress } from '../../ops/progress.js';
-import { limitsFrom } from '../../relay/limits.js';
-import { SignatureVerifier } from '../../relay/verifier.js';
+import { SignatureVerifier } from '../../nostr/verifier.js';
+import { policyFrom } from '../../policy/policy.js';
 import type { Command } from '../command.js';
 import { formatCount, formatRate, formatReasons, intOption, openStore, parseOptions, refusalPrinter, stopOnSignals, UsageError } from './shared.js';
 
@@ -74,7 +74,7 @@ examples:
     const stop = stopOnSignals(log);
     try {
       const result = await importJsonl(db.pool, input, {
-        limits: limitsFrom(config),
+        policy: policyFrom(config),
         verifier,
         batchSize,
         totalBytes,

@@ -1,5 +1,5 @@
 import { createProgress } from '../../ops/progress.js';
-import { parseDuration, parseKinds, pruneEvents } from '../../ops/prune.js';
+import { parseDuration, parseKinds, pruneEvents } from '../../store/retention.js';
 import type { Command } from '../command.js';
 import { formatCount, formatRate, intOption, openStore, parseOptions, stopOnSignals, UsageError } from './shared.js';
 

@@ -1,8 +1,10 @@
-// NIP-11 relay information document, served on the WebSocket URL to `Accept: application/nostr+json`.
+// NIP-11 relay information document, served on the relay's endpoint to `Accept: application/nostr+json`;
+// other GETs there get a short human page.
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import type { Config } from '../config.js';
-import type { Limits } from './limits.js';
-import { SOFTWARE_URL, VERSION } from '../version.js';
+import type { Config } from '../../config.js';
+import type { Limits } from '../../policy/limits.js';
+import { SOFTWARE_URL, VERSION } from '../../version.js';
+import type { Route } from './router.js';
 
 export const SUPPORTED_NIPS = [1, 9, 11, 13, 40, 45, 70];
 
@@ -34,27 +36,31 @@ export function relayInformation(config: Config, limits: Limits) {
   };
 }
 
-const CORS = {
+/** NIP-11: relays MUST send CORS headers with the document. */
+export const CORS = {
   'Access-Control-Allow-Origin': '*',
   'Access-Control-Allow-Headers': '*',
   'Access-Control-Allow-Methods': 'GET, OPTIONS',
 };
 
-/** Plain HTTP on the relay's port: the NIP-11 document, CORS preflight, or a short human page. */
-export function handleHttp(req: IncomingMessage, res: ServerResponse, info: object): void {
-  if (req.method === 'OPTIONS') {
-    res.writeHead(204, CORS).end();
-    return;
-  }
-  if (req.method !== 'GET' && req.method !== 'HEAD') {
-    res.writeHead(405, { ...CORS, Allow: 'GET, HEAD, OPTIONS' }).end();
-    return;
-  }
-  if ((req.headers.accept ?? '').includes('application/nostr+json')) {
-    res.writeHead(200, { ...CORS, 'Content-Type': 'application/nostr+json' }).end(JSON.stringify(info));
-    return;
-  }
-  res
-    .writeHead(200, { ...CORS, 'Content-Type': 'text/plain; charset=utf-8' })
-    .end('This is a Nostr relay. Connect with a Nostr client over WebSocket (wss://) to this address.\n');
+/** The relay's endpoint: the NIP-11 document, CORS preflight, or a short human page. */
+export function relayEndpoint(info: object): Route {
+  const document = JSON.stringify(info);
+  return {
+    methods: ['GET', 'HEAD', 'OPTIONS'],
+    headers: CORS,
+    handle(req: IncomingMessage, res: ServerResponse) {
+      if (req.method === 'OPTIONS') {
+        res.writeHead(204, CORS).end();
+        return;
+      }
+      if ((req.headers.accept ?? '').includes('application/nostr+json')) {
+        res.writeHead(200, { ...CORS, 'Content-Type': 'application/nostr+json' }).end(document);
+        return;
+      }
+      res
+        .writeHead(200, { ...CORS, 'Content-Type': 'text/plain; charset=utf-8' })
+        .end('This is a Nostr relay. Connect with a Nostr client over WebSocket (wss://) to this address.\n');
+    },
+  };
 }

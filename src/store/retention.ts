@@ -1,4 +1,5 @@
-// prune: retention by age and/or kind. Events are found oldest first along an index in keyset
+// Retention by age and/or kind, beside expiry (expiry.ts): the relay runs it periodically
+// (RETENTION_*) and `npm run cli -- prune` on demand. Events are found oldest first along an index in keyset
 // order ((created_at, id), per kind when kinds are given) and deleted by id in small batches, each
 // its own short transaction, so a relay serving traffic never waits long on a lock; their event_tags
 // rows go with them (ON DELETE CASCADE).
@@ -11,7 +12,14 @@ import type pg from 'pg';
 import type { Config } from '../config.js';
 import type { Logger } from '../log.js';
 import { KIND_DELETION } from '../nostr/kinds.js';
-import { noProgress, type Progress } from './progress.js';
+
+/** Where a run reports how far it is (ops/progress.ts draws a bar or logs; the relay passes nothing). */
+export interface PruneProgress {
+  setTotal(total: number): void;
+  update(done: number): void;
+  stop(): void;
+}
+const noProgress: PruneProgress = { setTotal() {}, update() {}, stop() {} };
 
 export interface PruneOptions {
   /** Remove events with created_at older than this many seconds before now. */
@@ -27,7 +35,7 @@ export interface PruneOptions {
   /** Seconds since the epoch to measure the age from (default: now). */
   now?: number;
   signal?: AbortSignal;
-  progress?: Progress;
+  progress?: PruneProgress;
 }
 
 export interface PruneResult {

@@ -1,16 +1,17 @@
 // Signature verification off the main thread: a worker pool sized to the cores, fed small batches
 // (one message round trip per batch, not per event), so the event loop keeps serving sockets and
-// queries while signatures are checked. With zero threads it verifies inline.
+// queries while signatures are checked. With zero threads it verifies inline. Pure computation (no
+// I/O), shared by the relay and the importers: the one module of nostr/ that starts threads.
 import { availableParallelism } from 'node:os';
 import path from 'node:path';
 import { Piscina } from 'piscina';
-import { checkIdAndSignature, type NostrEvent } from '../nostr/event.js';
+import { checkIdAndSignature, type NostrEvent } from './event.js';
 import { packageRoot } from '../paths.js';
 
 const MAX_BATCH = 64;
 
 // Workers load compiled JavaScript: the build of this file (tests run `npm run build` first).
-const WORKER = path.join(packageRoot(), 'dist/src/relay/verify-worker.js');
+const WORKER = path.join(packageRoot(), 'dist/src/nostr/verify-worker.js');
 
 interface Waiting {
   event: NostrEvent;

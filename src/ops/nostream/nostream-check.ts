@@ -1,15 +1,16 @@
 // What a nostream row becomes: its event rebuilt from the columns and checked like an EVENT
 // message. Both modes of import-nostream check rows here, and only here.
 import { setImmediate as nextTurn } from 'node:timers/promises';
-import { computeEventId, parseEvent } from '../nostr/event.js';
-import { isEphemeral } from '../nostr/kinds.js';
-import { expirationOf } from '../nostr/tags.js';
-import type { Limits } from '../relay/limits.js';
-import { checkEventPolicy } from '../relay/policy.js';
-import type { SignatureVerifier } from '../relay/verifier.js';
-import { prepareEvent } from '../store/write.js';
-import { countReason, emptyCounts, type ImportCounts, type ImportItem } from './import-batch.js';
-import { EPHEMERAL_NOT_STORED } from './import-jsonl.js';
+import { computeEventId, ID_MISMATCH, parseEvent } from '../../nostr/event.js';
+import { isEphemeral } from '../../nostr/kinds.js';
+import { expirationOf } from '../../nostr/tags.js';
+import * as reason from '../../nostr/reason.js';
+import type { SignatureVerifier } from '../../nostr/verifier.js';
+import { checkWrite, type Policy } from '../../policy/policy.js';
+import { importSession } from '../../policy/session.js';
+import { prepareEvent } from '../../store/prepared-event.js';
+import { countReason, emptyCounts, type ImportCounts, type ImportItem } from '../import-batch.js';
+import { EPHEMERAL_NOT_STORED } from '../import-jsonl.js';
 import type { SourceBatch, SourceRow } from './nostream-source.js';
 
 export interface NostreamCounts extends ImportCounts {
@@ -31,7 +32,8 @@ export function addCounts(into: NostreamCounts, add: NostreamCounts): void {
 }
 
 export interface CheckOptions {
-  limits: Limits;
+  /** The relay's write rules, checked with importSession (no connection, nobody authenticated). */
+  policy: Policy;
   /** Checks signatures too (nostream verified them on arrival; ids are always recomputed). */
   verifier?: SignatureVerifier;
   /** Told about every refused row (hex event id, reason). */
@@ -77,7 +79,7 @@ export async function checkRows(
     try {
       tags = JSON.parse(row.tags ?? 'null');
     } catch {
-      refuse(id, 'invalid', 'invalid: tags are not JSON');
+      refuse(id, 'invalid', reason.invalid('tags are not JSON'));
       continue;
     }
     const parsed = parseEvent({
@@ -100,12 +102,12 @@ export async function checkRows(
       continue;
     }
     if (computeEventId(event) !== id) {
-      refuse(id, 'invalid', 'invalid: event id does not match the sha256 of its serialization');
+      refuse(id, 'invalid', ID_MISMATCH);
       continue;
     }
-    const policy = checkEventPolicy(event, options.limits, now);
-    if (policy) {
-      refuse(id, 'invalid', policy);
+    const refusal = checkWrite(options.policy, event, importSession, now);
+    if (refusal) {
+      refuse(id, 'invalid', refusal);
       continue;
     }
     if (isEphemeral(event.kind)) {

@@ -19,7 +19,8 @@
 // All or nothing: an interrupted load (Ctrl-C, a crash, a lost connection) rolls back, the tables are
 // left empty with every index and constraint in place, and a new run starts over.
 import type pg from 'pg';
-import { copyRows, type BulkOptions, type EncodedRows } from './bulk-load.js';
+import { hasSqlState, SQLSTATE } from '../../store/pg-errors.js';
+import { copyRows, type BulkOptions, type EncodedRows } from '../bulk-load.js';
 
 export class TargetNotEmptyError extends Error {}
 
@@ -78,7 +79,7 @@ export class EmptyTargetLoad {
       try {
         await client.query('LOCK TABLE events, event_tags IN ACCESS EXCLUSIVE MODE');
       } catch (err) {
-        if ((err as { code?: string }).code !== '55P03') throw err;
+        if (!hasSqlState(err, SQLSTATE.lockNotAvailable)) throw err;
         throw new Error(`events and event_tags stayed locked for ${LOCK_TIMEOUT}: stop the relay (and anything else using them) first`);
       }
       await client.query('SET LOCAL lock_timeout = 0');

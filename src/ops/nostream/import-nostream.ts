@@ -27,22 +27,22 @@
 // differ in one place: an event of phase 1 named by a kind 5 is counted accepted (loaded, then
 // deleted), where the normal mode counts it rejected when the kind 5 comes first.
 import type pg from 'pg';
-import type { Logger } from '../log.js';
-import type { Limits } from '../relay/limits.js';
-import type { SignatureVerifier } from '../relay/verifier.js';
-import { clearCheckpoint, readCheckpoint, saveCheckpoint } from './checkpoint.js';
-import { bulkOptions } from './bulk-load.js';
+import type { Logger } from '../../log.js';
+import type { SignatureVerifier } from '../../nostr/verifier.js';
+import type { Policy } from '../../policy/policy.js';
+import { clearCheckpoint, readCheckpoint, saveCheckpoint } from '../checkpoint.js';
+import { bulkOptions } from '../bulk-load.js';
 import { EmptyTargetLoad } from './empty-target-load.js';
-import { ImportWriter, type ImportItem } from './import-batch.js';
+import { ImportWriter, type ImportItem } from '../import-batch.js';
 import { addCounts, checkRows, emptyNostreamCounts, type NostreamCounts } from './nostream-check.js';
 import { bulkBatch, OrderedRows, type BulkBatch } from './nostream-phases.js';
 import { keysetBatches, nostreamTable, streamedBatches, type NostreamTable, type SourceBatch, type SourceRow } from './nostream-source.js';
-import { estimatedEvents, noProgress, type Progress } from './progress.js';
+import { estimatedEvents, noProgress, type Progress } from '../progress.js';
 
 export type { NostreamCounts } from './nostream-check.js';
 
 export interface ImportNostreamOptions {
-  limits: Limits;
+  policy: Policy;
   /** Checks signatures too (nostream verified them on arrival; ids are always recomputed). */
   verifier?: SignatureVerifier;
   /** Rows per source read and per write transaction. */

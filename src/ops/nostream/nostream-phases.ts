@@ -3,17 +3,12 @@
 // change an outcome: phase 1 takes an event only if no other event of the source bears on it except
 // a kind 5 that deletes it, which phase 2 then applies to it as the relay does to a stored event.
 import type pg from 'pg';
-import { isAddressable, isReplaceable, KIND_DELETION } from '../nostr/kinds.js';
-import { dTagOf } from '../nostr/tags.js';
-import { addressKey } from '../store/plan-batch.js';
-import { EventRows, type EncodedRows } from './bulk-load.js';
+import { isAddressable, isReplaceable, KIND_DELETION, KIND_GIFT_WRAP, KIND_VANISH } from '../../nostr/kinds.js';
+import { dTagOf } from '../../nostr/tags.js';
+import { addressKey } from '../../store/plan-batch.js';
+import { EventRows, type EncodedRows } from '../bulk-load.js';
 import { checkRows, emptyNostreamCounts, type CheckOptions, type NostreamCounts } from './nostream-check.js';
 import type { SourceBatch, SourceRow } from './nostream-source.js';
-
-/** Gift wraps (NIP-59): deleted by a kind 5 of their recipient, not only of their (throwaway) author. */
-const KIND_GIFT_WRAP = 1059;
-/** NIP-62 requests to vanish: a kind 5 does not delete a stored one, but blocks a later one. */
-const KIND_VANISH = 62;
 
 const isVersioned = (kind: number) => isReplaceable(kind) || isAddressable(kind);
 

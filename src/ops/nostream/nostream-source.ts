@@ -6,7 +6,7 @@
 // this ~2), and a batch waits for its check as bytes, not as objects.
 import type pg from 'pg';
 import { to as copyTo } from 'pg-copy-streams';
-import { BinaryCopyCursor, BinaryCopyReader, type CopyRows } from './binary-copy.js';
+import { BinaryCopyCursor, BinaryCopyReader, type CopyRows } from '../binary-copy.js';
 
 /** One nostream row, with the columns the import needs (ids, keys and signature in hex). */
 export interface SourceRow {

@@ -1,11 +1,11 @@
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { parseDuration, parseKinds, pruneEvents, startRetention } from '../../src/ops/prune.js';
+import { parseDuration, parseKinds, pruneEvents, startRetention } from '../../src/store/retention.js';
 import type { NostrEvent } from '../../src/nostr/event.js';
 import type { Database } from '../../src/store/database.js';
 import { TestClient } from '../support/client.js';
 import { newSigner } from '../support/keys.js';
 import { startTestRelay } from '../support/relay.js';
-import { openTestStore, silentLog, storedIds, store, testConfig, unsignedEvent } from './helpers.js';
+import { openTestStore, silentLog, storedIds, store, testConfig, unsignedEvent } from '../ops/helpers.js';
 
 const NOW = 1_800_000_000;
 const DAY = 86_400;

@@ -1,0 +1,49 @@
+// The relay's policy: the ordered lists of write rules and read rules, built once from the
+// configuration. The relay checks every EVENT, REQ and COUNT against them with the connection's
+// session; the importers check every event with importSession. A rule lives in the file named after
+// its concern; this file only puts them in order (cheap and common refusals first).
+import type { Config } from '../config.js';
+import type { NostrEvent } from '../nostr/event.js';
+import type { Filter } from '../nostr/filter.js';
+import type { Reason } from '../nostr/reason.js';
+import { authEventAsEvent } from './auth.js';
+import { alreadyExpired } from './expiration.js';
+import { addressTooLong, limitRules, limitsFrom, type Limits } from './limits.js';
+import { powRule } from './pow.js';
+import { protectedEvent } from './protected.js';
+import type { ReadRule, Session, WriteRule } from './session.js';
+
+export interface Policy {
+  limits: Limits;
+  write: readonly WriteRule[];
+  read: readonly ReadRule[];
+}
+
+export function policyFrom(config: Config): Policy {
+  const limits = limitsFrom(config);
+  const write: WriteRule[] = [authEventAsEvent, ...limitRules(limits)];
+  const pow = powRule(limits.minPowDifficulty);
+  if (pow) write.push(pow);
+  write.push(protectedEvent, alreadyExpired, addressTooLong);
+  return { limits, write, read: [] };
+}
+
+/** The first write rule's refusal, or undefined when every rule lets the event through. */
+export function checkWrite(policy: Policy, event: NostrEvent, session: Session, now: number): Reason | undefined {
+  for (const rule of policy.write) {
+    const refusal = rule(event, session, now);
+    if (refusal) return refusal;
+  }
+  return undefined;
+}
+
+/** A REQ's or COUNT's filters narrowed to what the session may see, or the reason it is refused. */
+export function checkRead(policy: Policy, filters: Filter[], session: Session): { ok: true; filters: Filter[] } | { ok: false; reason: Reason } {
+  for (const rule of policy.read) {
+    const refusal = rule.refuse?.(filters, session);
+    if (refusal) return { ok: false, reason: refusal };
+  }
+  let narrowed = filters;
+  for (const rule of policy.read) if (rule.narrow) narrowed = narrowed.map((f) => rule.narrow!(f, session));
+  return { ok: true, filters: narrowed };
+}

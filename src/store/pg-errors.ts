@@ -1,0 +1,35 @@
+// PostgreSQL errors the relay tells apart, by SQLSTATE (PostgreSQL manual, appendix A), and the one
+// pg pool error that is not a server error. Named here once instead of literals at each site.
+
+export const SQLSTATE = {
+  /** statement_timeout (or a cancel request) ended the query. */
+  queryCanceled: '57014',
+  /** NOWAIT or lock_timeout could not take a lock. */
+  lockNotAvailable: '55P03',
+  deadlockDetected: '40P01',
+  serializationFailure: '40001',
+  foreignKeyViolation: '23503',
+  uniqueViolation: '23505',
+  /** A `\u0000` (or another escape the database encoding cannot hold) in JSON text. */
+  unsupportedUnicodeEscape: '22P05',
+} as const;
+
+/** The SQLSTATE of a database error, or '' for anything else. */
+export function sqlState(err: unknown): string {
+  const code = (err as { code?: unknown } | null)?.code;
+  return typeof code === 'string' ? code : '';
+}
+
+export function hasSqlState(err: unknown, ...codes: string[]): boolean {
+  return codes.includes(sqlState(err));
+}
+
+/** True when the error's SQLSTATE is in one of these two-character classes ('22' data exception, '23' integrity). */
+export function inSqlStateClass(err: unknown, ...classes: string[]): boolean {
+  return classes.includes(sqlState(err).slice(0, 2));
+}
+
+/** pg's pool gave up waiting for a free connection: every connection is busy with other queries. */
+export function isPoolExhausted(err: unknown): boolean {
+  return /timeout exceeded when trying to connect/.test((err as Error | null)?.message ?? '');
+}

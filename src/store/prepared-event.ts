@@ -1,0 +1,34 @@
+// An event as the store handles it: everything writing needs, derived once, and the outcome of a
+// write. Shared by the writer (write.ts), its pure planner (plan-batch.ts) and the bulk import path.
+import type { NostrEvent } from '../nostr/event.js';
+import { canonicalEventJson } from '../nostr/event.js';
+import { kindClass, type KindClass } from '../nostr/kinds.js';
+import { dTagOf, expirationOf, indexedTags } from '../nostr/tags.js';
+
+/** An event with everything storage needs derived once. */
+export interface PreparedEvent {
+  event: NostrEvent;
+  raw: string;
+  kindClass: KindClass;
+  /** '' for replaceable, the d value for addressable, null otherwise: the replacement key. */
+  dTag: string | null;
+  expiresAt: number | null;
+  tags: Array<[string, string]>;
+}
+
+export function prepareEvent(event: NostrEvent): PreparedEvent {
+  const cls = kindClass(event.kind);
+  return {
+    event,
+    raw: canonicalEventJson(event),
+    kindClass: cls,
+    dTag: cls === 'replaceable' ? '' : cls === 'addressable' ? dTagOf(event.tags) : null,
+    expiresAt: expirationOf(event.tags) ?? null,
+    tags: indexedTags(event.tags),
+  };
+}
+
+export type WriteResult =
+  | { status: 'stored' }
+  | { status: 'duplicate' }
+  | { status: 'rejected'; reason: string };
