@@ -1,11 +1,41 @@
 // The one place configuration is read: environment variables (and `.env`), validated with zod.
 // Every variable is documented in .env.example; a bad value stops start-up naming the variable.
 import { existsSync } from 'node:fs';
+import { isIP } from 'node:net';
 import { z } from 'zod';
 
 const int = (min: number, max = Number.MAX_SAFE_INTEGER) => z.coerce.number().int().min(min).max(max);
+const rate = z.coerce.number().min(0).max(1_000_000); // per second or minute; 0 = off; fractions allowed
 const bool = z.enum(['true', 'false', '1', '0']).transform((v) => v === 'true' || v === '1');
 const optionalText = z.string().optional().transform((v) => (v === '' ? undefined : v));
+
+/** "1,7,30023" (or empty) → kinds; each 0-65535. */
+const kindList = z
+  .string()
+  .regex(/^(\d{1,5}(,\d{1,5})*)?$/, 'comma-separated kinds, e.g. 4,1059')
+  .refine((v) => v === '' || v.split(',').every((k) => Number(k) <= 65535), 'kinds are 0-65535')
+  .transform((v) => (v === '' ? [] : [...new Set(v.split(',').map(Number))]));
+
+/** An IP address or a CIDR block ("10.0.0.0/8", "::1/128", "127.0.0.1"). */
+export function isAddressOrCidr(entry: string): boolean {
+  const [address, prefix, extra] = entry.split('/');
+  const family = isIP(address);
+  if (!family || extra !== undefined) return false;
+  if (prefix === undefined) return true;
+  return /^\d{1,3}$/.test(prefix) && Number(prefix) <= (family === 4 ? 32 : 128);
+}
+
+const items = (v: string | undefined) => (v ?? '').split(',').map((x) => x.trim()).filter(Boolean);
+const cidrList = z
+  .string()
+  .optional()
+  .refine((v) => items(v).every(isAddressOrCidr), 'comma-separated IP addresses or CIDR blocks, e.g. 127.0.0.1/32,10.0.0.0/8')
+  .transform(items);
+const exemptList = z
+  .string()
+  .optional()
+  .refine((v) => items(v).every((x) => /^[0-9a-f]{64}$/.test(x) || isAddressOrCidr(x)), 'comma-separated hex pubkeys, IP addresses or CIDR blocks')
+  .transform(items);
 
 const schema = z.object({
   HOST: z.string().min(1).default('127.0.0.1'),
@@ -58,7 +88,23 @@ const schema = z.object({
   RETENTION_INCLUDE_REPLACEABLE: bool.default(false),
   RETENTION_INTERVAL_SECONDS: int(1).default(3600),
   SHUTDOWN_TIMEOUT_MS: int(0).default(10000),
-  TRUST_PROXY: bool.default(false),
+
+  // On the public internet: TLS, proxies, NIP-42 AUTH, private kinds, rate limits.
+  TLS_CERT_FILE: optionalText,
+  TLS_KEY_FILE: optionalText,
+  TRUSTED_PROXIES: cidrList,
+  TRUST_PROXY: bool.default(false), // deprecated: TRUSTED_PROXIES=127.0.0.0/8,::1/128
+  AUTH_REQUIRED: z.enum(['none', 'writes', 'all']).default('none'),
+  RESTRICTED_READ_KINDS: kindList.default([4, 1059]),
+  RATE_LIMIT_EVENTS_PER_SECOND: rate.default(10),
+  RATE_LIMIT_EVENTS_BURST: int(0).default(100),
+  RATE_LIMIT_REQS_PER_SECOND: rate.default(10),
+  RATE_LIMIT_REQS_BURST: int(0).default(100),
+  RATE_LIMIT_CONNECTIONS_PER_MINUTE: rate.default(60),
+  RATE_LIMIT_CONNECTIONS_BURST: int(0).default(30),
+  MAX_CONNECTIONS_PER_ADDRESS: int(0).default(100),
+  RATE_LIMIT_DISCONNECT_AFTER: int(0).default(100),
+  RATE_LIMIT_EXEMPT: exemptList,
 });
 
 export type Config = z.infer<typeof schema>;
@@ -75,6 +121,8 @@ export function parseConfig(env: Record<string, string | undefined>): Config {
   const config = result.data;
   if (config.DEFAULT_LIMIT > config.MAX_LIMIT)
     throw new ConfigError(`invalid configuration:\n  DEFAULT_LIMIT=${config.DEFAULT_LIMIT}: must not exceed MAX_LIMIT=${config.MAX_LIMIT}`);
+  if (Boolean(config.TLS_CERT_FILE) !== Boolean(config.TLS_KEY_FILE))
+    throw new ConfigError('invalid configuration:\n  TLS_CERT_FILE and TLS_KEY_FILE: set both (wss://) or neither (ws://)');
   return config;
 }
 

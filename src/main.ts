@@ -34,6 +34,13 @@ async function main(): Promise<void> {
   };
   process.on('SIGINT', () => void shutdown('SIGINT'));
   process.on('SIGTERM', () => void shutdown('SIGTERM'));
+  // Certificates rotate: SIGHUP reads TLS_CERT_FILE and TLS_KEY_FILE again, open connections stay.
+  process.on('SIGHUP', () => {
+    relay.reloadTls().then(
+      (reloaded) => reloaded || log.info('SIGHUP: no TLS certificate to reload (TLS_CERT_FILE is not set)'),
+      (err) => log.error({ err: (err as Error).message }, 'SIGHUP: TLS certificate not reloaded, the previous one stays in use'),
+    );
+  });
 }
 
 main().catch((err) => {

@@ -16,6 +16,17 @@ export interface Filter {
   since?: number;
   until?: number;
   limit: number; // already defaulted and clamped; 0 means "no stored events, live only"
+  /**
+   * Set by a read rule (policy/private-kinds.ts), never by a client: events of these kinds match
+   * only when their author, or a pubkey in one of their `p` tags, is one of `readers`. `readers` is
+   * the connection's live set of authenticated pubkeys, so a later AUTH widens live delivery.
+   */
+  privateKinds?: PrivateKinds;
+}
+
+export interface PrivateKinds {
+  kinds: ReadonlySet<number>;
+  readers: ReadonlySet<string>;
 }
 
 export interface FilterLimits {
@@ -119,14 +130,23 @@ export function compileFilter(f: Filter): Matcher {
   const authors = f.authors && new Set(f.authors);
   const kinds = f.kinds && new Set(f.kinds);
   const tagKeys = f.tags.map((t) => t.values.map((v) => t.name + v));
-  const { since, until } = f;
-  return ({ event, tagKeys: eventTags }) =>
-    (ids === undefined || ids.has(event.id)) &&
-    (authors === undefined || authors.has(event.pubkey)) &&
-    (kinds === undefined || kinds.has(event.kind)) &&
-    (since === undefined || event.created_at >= since) &&
-    (until === undefined || event.created_at <= until) &&
-    tagKeys.every((keys) => keys.some((k) => eventTags.has(k)));
+  const { since, until, privateKinds } = f;
+  return (m) =>
+    (ids === undefined || ids.has(m.event.id)) &&
+    (authors === undefined || authors.has(m.event.pubkey)) &&
+    (kinds === undefined || kinds.has(m.event.kind)) &&
+    (since === undefined || m.event.created_at >= since) &&
+    (until === undefined || m.event.created_at <= until) &&
+    tagKeys.every((keys) => keys.some((k) => m.tagKeys.has(k))) &&
+    (privateKinds === undefined || mayRead(privateKinds, m));
+}
+
+/** The privateKinds condition: open kinds pass; a private one needs its author or a `p` tag among the readers. */
+export function mayRead({ kinds, readers }: PrivateKinds, m: MatchableEvent): boolean {
+  if (!kinds.has(m.event.kind)) return true;
+  if (readers.has(m.event.pubkey)) return true;
+  for (const reader of readers) if (m.tagKeys.has('p' + reader)) return true;
+  return false;
 }
 
 export function matchFilter(f: Filter, event: NostrEvent): boolean {

@@ -5,7 +5,8 @@ export type ClientMessage =
   | { type: 'EVENT'; event: unknown }
   | { type: 'REQ'; subId: string; filters: unknown[] }
   | { type: 'COUNT'; subId: string; filters: unknown[] }
-  | { type: 'CLOSE'; subId: string };
+  | { type: 'CLOSE'; subId: string }
+  | { type: 'AUTH'; event: unknown };
 
 export type ParsedMessage = { ok: true; message: ClientMessage } | { ok: false; notice: string };
 
@@ -30,6 +31,9 @@ export function parseClientMessage(text: string): ParsedMessage {
     case 'COUNT':
       if (typeof rest[0] !== 'string') return fail(reason.invalid(`${verb} needs a subscription id string`));
       return { ok: true, message: { type: verb, subId: rest[0], filters: rest.slice(1) } };
+    case 'AUTH':
+      if (rest.length !== 1) return fail(reason.invalid('AUTH takes exactly one event'));
+      return { ok: true, message: { type: 'AUTH', event: rest[0] } };
     case 'CLOSE':
       if (typeof rest[0] !== 'string') return fail(reason.invalid('CLOSE needs a subscription id string'));
       return { ok: true, message: { type: 'CLOSE', subId: rest[0] } };
@@ -57,6 +61,11 @@ export function closedMessage(subId: string, message: string): string {
 
 export function noticeMessage(text: string): string {
   return JSON.stringify(['NOTICE', text]);
+}
+
+/** NIP-42: the challenge a client signs into its AUTH event. */
+export function authMessage(challenge: string): string {
+  return JSON.stringify(['AUTH', challenge]);
 }
 
 export function countMessage(subId: string, count: number): string {

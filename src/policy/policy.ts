@@ -6,12 +6,15 @@ import type { Config } from '../config.js';
 import type { NostrEvent } from '../nostr/event.js';
 import type { Filter } from '../nostr/filter.js';
 import type { Reason } from '../nostr/reason.js';
-import { authEventAsEvent } from './auth.js';
+import { authEventAsEvent, authRequiredForReads, authRequiredForWrites } from './auth.js';
 import { alreadyExpired } from './expiration.js';
 import { addressTooLong, limitRules, limitsFrom, type Limits } from './limits.js';
 import { powRule } from './pow.js';
-import { protectedEvent } from './protected.js';
+import { privateKindsRule } from './private-kinds.js';
+import { protectedEvent, repostOfProtected } from './protected.js';
 import type { ReadRule, Session, WriteRule } from './session.js';
+
+const present = <T>(rules: Array<T | undefined>): T[] => rules.filter((r): r is T => r !== undefined);
 
 export interface Policy {
   limits: Limits;
@@ -21,11 +24,18 @@ export interface Policy {
 
 export function policyFrom(config: Config): Policy {
   const limits = limitsFrom(config);
-  const write: WriteRule[] = [authEventAsEvent, ...limitRules(limits)];
-  const pow = powRule(limits.minPowDifficulty);
-  if (pow) write.push(pow);
-  write.push(protectedEvent, alreadyExpired, addressTooLong);
-  return { limits, write, read: [] };
+  const write = present<WriteRule>([
+    authRequiredForWrites(config.AUTH_REQUIRED),
+    authEventAsEvent,
+    ...limitRules(limits),
+    powRule(limits.minPowDifficulty),
+    protectedEvent,
+    repostOfProtected,
+    alreadyExpired,
+    addressTooLong,
+  ]);
+  const read = present<ReadRule>([authRequiredForReads(config.AUTH_REQUIRED), privateKindsRule(config.RESTRICTED_READ_KINDS)]);
+  return { limits, write, read };
 }
 
 /** The first write rule's refusal, or undefined when every rule lets the event through. */

@@ -6,6 +6,8 @@ import type { Filter } from '../nostr/filter.js';
 import type { Reason } from '../nostr/reason.js';
 
 export interface Session {
+  /** A client's connection, or an operator's import (which no client can speak for). */
+  readonly origin: 'connection' | 'import';
   /** The client's address (see relay/client-address.ts); undefined when there is no connection. */
   readonly address: string | undefined;
   /** NIP-42: the pubkeys authenticated on this connection. All of them count, for its whole life. */
@@ -13,7 +15,7 @@ export interface Session {
 }
 
 /** The session of an operator's import: no connection, nobody authenticated. */
-export const importSession: Session = Object.freeze({ address: undefined, pubkeys: new Set<string>() });
+export const importSession: Session = Object.freeze({ origin: 'import', address: undefined, pubkeys: new Set<string>() });
 
 /** A write rule: a NIP-01 prefixed reason to refuse the event, or undefined to let it through. */
 export type WriteRule = (event: NostrEvent, session: Session, now: number) => Reason | undefined;

@@ -1,12 +1,14 @@
 // One client connection: NIP-01 messages in, replies out. Owns the connection's subscriptions.
+import { randomBytes } from 'node:crypto';
 import type { Duplex } from 'node:stream';
 import type { WebSocket } from 'ws';
-import { claimedId } from '../nostr/event.js';
+import { claimedId, parseEvent } from '../nostr/event.js';
 import { parseFilter, type Filter } from '../nostr/filter.js';
 import {
-  closedMessage, countMessage, eoseMessage, eventMessage, noticeMessage, okMessage, parseClientMessage,
+  authMessage, closedMessage, countMessage, eoseMessage, eventMessage, noticeMessage, okMessage, parseClientMessage, type ClientMessage,
 } from '../nostr/messages.js';
 import * as reason from '../nostr/reason.js';
+import { checkAuthEvent } from '../policy/auth.js';
 import { checkRead } from '../policy/policy.js';
 import type { Session } from '../policy/session.js';
 import { hasSqlState, isPoolExhausted, SQLSTATE } from '../store/pg-errors.js';
@@ -14,6 +16,7 @@ import { countEvents, streamEvents } from '../store/read.js';
 import { nowSeconds, type RelayContext } from './context.js';
 import { broadcast } from './fanout.js';
 import { ingestEvent } from './ingest.js';
+import type { ConnectionStrikes } from './rate-limit.js';
 import type { Subscriber } from './subscriptions.js';
 
 /** The CLOSED reason for a failed REQ or COUNT: overload and timeouts say so; the rest is `error:`. */
@@ -25,9 +28,19 @@ function queryFailure(err: unknown, what: string): { reason: string; unexpected:
 
 /** What the policy rules know of a connection (policy/session.ts). */
 class ConnectionSession implements Session {
+  readonly origin = 'connection';
+  /** NIP-42: every pubkey that answered this connection's challenge. */
   readonly pubkeys = new Set<string>();
 
   constructor(readonly address: string) {}
+}
+
+/** Who the client is, as the HTTP upgrade tells (see server.ts). */
+export interface Peer {
+  /** The client's address (relay/client-address.ts: the socket's, or a trusted proxy's X-Forwarded-For). */
+  address: string;
+  /** This relay as NIP-42 AUTH events must name it (policy/auth.ts relayIdentity), if known. */
+  relay: string | undefined;
 }
 
 const TOO_SLOW = reason.error('client is reading too slowly');
@@ -70,14 +83,23 @@ export class Connection {
   private pendingEvents = 0;
   private corked = false;
   readonly session: ConnectionSession;
+  /** NIP-42: sent when the connection opens; it holds for the connection's life. */
+  readonly challenge = randomBytes(16).toString('hex');
+  private readonly strikes: ConnectionStrikes;
 
   constructor(
     private readonly ws: WebSocket,
     private readonly ctx: RelayContext,
-    readonly remote: string,
+    private readonly peer: Peer,
     private readonly socket: Duplex,
   ) {
-    this.session = new ConnectionSession(remote);
+    this.session = new ConnectionSession(peer.address);
+    this.strikes = ctx.limiter.strikes();
+    this.send(authMessage(this.challenge));
+  }
+
+  get remote(): string {
+    return this.peer.address;
   }
 
   send(text: string): void {
@@ -135,10 +157,13 @@ export class Connection {
   }
 
   async onMessage(data: Buffer): Promise<void> {
-    if (data.length > this.ctx.limits.maxMessageBytes) return this.refuseOversized(data);
+    // Every message but CLOSE spends from a budget (rate-limit.ts): REQ and COUNT from the query
+    // budget, everything else (EVENT, AUTH, and what cannot be read) from the event budget.
+    if (data.length > this.ctx.limits.maxMessageBytes) return this.withinBudget(undefined) ? this.refuseOversized(data) : this.overBudget(undefined);
     const parsed = parseClientMessage(data.toString('utf8'));
-    if (!parsed.ok) return this.send(noticeMessage(parsed.notice));
+    if (!parsed.ok) return this.withinBudget(undefined) ? this.send(noticeMessage(parsed.notice)) : this.overBudget(undefined);
     const m = parsed.message;
+    if (m.type !== 'CLOSE' && !this.withinBudget(m)) return this.overBudget(m);
     switch (m.type) {
       case 'EVENT':
         return this.onEvent(m.event);
@@ -146,12 +171,34 @@ export class Connection {
         return this.onReq(m.subId, m.filters);
       case 'COUNT':
         return this.onCount(m.subId, m.filters);
+      case 'AUTH':
+        return this.onAuth(m.event);
       case 'CLOSE': {
         const sub = this.subscriptions.get(m.subId);
         if (sub) this.endSubscription(sub);
         return;
       }
     }
+  }
+
+  private withinBudget(m: ClientMessage | undefined): boolean {
+    const { limiter } = this.ctx;
+    if (m?.type === 'REQ' || m?.type === 'COUNT') return limiter.allowQuery(this.peer.address, this.session.pubkeys);
+    return limiter.allowEvent(this.peer.address, this.session.pubkeys);
+  }
+
+  /** A message over the budget: refused with rate-limited:, and a client that keeps on is cut off. */
+  private overBudget(m: ClientMessage | undefined): void {
+    const why = reason.rateLimited('slow down: too many messages from this address or key');
+    if (m?.type === 'REQ' || m?.type === 'COUNT') {
+      const previous = this.subscriptions.get(m.subId);
+      if (previous) this.endSubscription(previous); // the REQ replaced it (NIP-01); CLOSED ends that id
+      this.send(closedMessage(m.subId, why));
+    } else {
+      const id = m?.type === 'EVENT' || m?.type === 'AUTH' ? claimedId(m.event) : undefined;
+      this.send(id !== undefined ? okMessage(id, false, why) : noticeMessage(why));
+    }
+    if (this.strikes.refused()) this.close(1008, reason.rateLimited('too many messages over the rate limit'));
   }
 
   private refuseOversized(data: Buffer): void {
@@ -184,6 +231,32 @@ export class Connection {
     // The OK leaves now: fanning out to many subscribers takes milliseconds the publisher need not wait.
     this.uncork();
     broadcast(this.ctx.subscriptions, result.publish);
+  }
+
+  /**
+   * NIP-42: an AUTH event answering this connection's challenge, naming this relay, recent, and
+   * correctly signed adds its pubkey to the session; it is answered with OK like an EVENT and is
+   * never stored nor broadcast.
+   */
+  private async onAuth(input: unknown): Promise<void> {
+    const parsed = parseEvent(input);
+    if (!parsed.ok) {
+      const id = claimedId(input);
+      return this.send(id !== undefined ? okMessage(id, false, parsed.reason) : noticeMessage(parsed.reason));
+    }
+    const event = parsed.value;
+    const refusal = checkAuthEvent(event, this.challenge, this.peer.relay, nowSeconds());
+    if (refusal) return this.send(okMessage(event.id, false, refusal));
+    this.pendingEvents++;
+    let invalid;
+    try {
+      invalid = await this.ctx.verifier.verify(event);
+    } finally {
+      this.pendingEvents--;
+    }
+    if (invalid) return this.send(okMessage(event.id, false, invalid));
+    this.session.pubkeys.add(event.pubkey);
+    this.send(okMessage(event.id, true, ''));
   }
 
   /**

@@ -5,6 +5,7 @@ import type { SignatureVerifier } from '../nostr/verifier.js';
 import type { Limits } from '../policy/limits.js';
 import type { Policy } from '../policy/policy.js';
 import type { EventWriter } from '../store/writer.js';
+import type { RateLimiter } from './rate-limit.js';
 import type { SubscriptionIndex } from './subscriptions.js';
 
 /** The state shared by every connection of one relay process. */
@@ -19,6 +20,8 @@ export interface RelayContext {
   verifier: SignatureVerifier;
   /** Group commit; shutdown drains it, so every event it took gets its OK. */
   writer: EventWriter;
+  /** Per address and per authenticated pubkey budgets (RATE_LIMIT_*, MAX_CONNECTIONS_PER_ADDRESS). */
+  limiter: RateLimiter;
   closing: boolean;
 }
 

@@ -1,8 +1,10 @@
 // The relay process's network side: HTTP (one router: NIP-11 and what comes next) and WebSocket on one
-// port, heartbeats, the expiry and retention sweeps, and an orderly shutdown that answers every
-// in-flight write before closing sockets.
-import { createServer, type IncomingMessage } from 'node:http';
+// port, plain or TLS (tls.ts); who each client is (client-address.ts) and how much it may do
+// (rate-limit.ts), decided at the upgrade; heartbeats, the expiry and retention sweeps, and an
+// orderly shutdown that answers every in-flight write before closing sockets.
+import type { IncomingMessage } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import type { Duplex } from 'node:stream';
 import type pg from 'pg';
 import { WebSocketServer, type RawData, type WebSocket } from 'ws';
 import type { Config } from '../config.js';
@@ -10,20 +12,26 @@ import type { Logger } from '../log.js';
 import { noticeMessage } from '../nostr/messages.js';
 import * as reason from '../nostr/reason.js';
 import { SignatureVerifier } from '../nostr/verifier.js';
+import { relayIdentity } from '../policy/auth.js';
 import { policyFrom } from '../policy/policy.js';
 import { deleteExpiredEvents } from '../store/expiry.js';
 import { startRetention } from '../store/retention.js';
 import { EventWriter } from '../store/writer.js';
+import { clientAddress, trustedProxies } from './client-address.js';
 import { Connection } from './connection.js';
 import { nowSeconds, type RelayContext } from './context.js';
 import { relayEndpoint, relayInformation } from './http/nip11.js';
-import { HttpRouter } from './http/router.js';
+import { HttpRouter, pathOf } from './http/router.js';
+import { RateLimiter, type RateLimitSettings } from './rate-limit.js';
 import { SubscriptionIndex } from './subscriptions.js';
+import { createListeningServer } from './tls.js';
 
 export interface RelayServer {
   url: string;
   port: number;
   context: RelayContext;
+  /** Reads TLS_CERT_FILE and TLS_KEY_FILE again (SIGHUP); false when the relay does not serve TLS. */
+  reloadTls(): Promise<boolean>;
   close(): Promise<void>;
 }
 
@@ -35,9 +43,38 @@ function toBuffer(data: RawData): Buffer {
   return Buffer.from(data);
 }
 
-function remoteAddress(req: IncomingMessage, trustProxy: boolean): string {
-  const forwarded = trustProxy ? String(req.headers['x-forwarded-for'] ?? '').split(',')[0].trim() : '';
-  return forwarded || req.socket.remoteAddress || 'unknown';
+/**
+ * This relay as a NIP-42 AUTH event must name it: RELAY_URL, or else the Host header and path of the
+ * upgrade (which the client chooses: set RELAY_URL on a public relay, see the warning at start).
+ */
+function relayOf(req: IncomingMessage, relayUrl: string | undefined): string | undefined {
+  if (relayUrl) return relayIdentity(relayUrl);
+  const host = req.headers.host;
+  if (!host || !/^[A-Za-z0-9.\-[\]:]+$/.test(host)) return undefined;
+  return relayIdentity(`ws://${host}${pathOf(req)}`);
+}
+
+export function rateLimitsFrom(config: Config): RateLimitSettings {
+  return {
+    eventsPerSecond: config.RATE_LIMIT_EVENTS_PER_SECOND,
+    eventsBurst: config.RATE_LIMIT_EVENTS_BURST,
+    reqsPerSecond: config.RATE_LIMIT_REQS_PER_SECOND,
+    reqsBurst: config.RATE_LIMIT_REQS_BURST,
+    connectionsPerMinute: config.RATE_LIMIT_CONNECTIONS_PER_MINUTE,
+    connectionsBurst: config.RATE_LIMIT_CONNECTIONS_BURST,
+    maxConnectionsPerAddress: config.MAX_CONNECTIONS_PER_ADDRESS,
+    disconnectAfter: config.RATE_LIMIT_DISCONNECT_AFTER,
+    exempt: config.RATE_LIMIT_EXEMPT,
+  };
+}
+
+/** Answers an upgrade with a plain HTTP error (before any WebSocket exists) and closes the socket. */
+function refuseUpgrade(socket: Duplex, status: number, text: string, why: string): void {
+  const body = `${why}\n`;
+  socket.end(
+    `HTTP/1.1 ${status} ${text}\r\nConnection: close\r\nContent-Type: text/plain; charset=utf-8\r\n` +
+      `Content-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`,
+  );
 }
 
 export async function startRelay(config: Config, pool: pg.Pool, log: Logger): Promise<RelayServer> {
@@ -52,18 +89,51 @@ export async function startRelay(config: Config, pool: pg.Pool, log: Logger): Pr
     subscriptions: new SubscriptionIndex(),
     verifier: new SignatureVerifier(config.VERIFY_THREADS),
     writer: new EventWriter(pool, log, config.WRITE_BATCH_SIZE, config.WRITE_QUEUE_MAX, config.WRITE_CONCURRENCY),
+    limiter: new RateLimiter(rateLimitsFrom(config)),
     closing: false,
   };
+  const proxies = trustedProxies(config.TRUSTED_PROXIES, config.TRUST_PROXY);
+  if (config.TRUST_PROXY)
+    log.warn('TRUST_PROXY is deprecated and will be removed: it now trusts X-Forwarded-For from loopback peers only; set TRUSTED_PROXIES instead (e.g. 127.0.0.1/32)');
+  if (!config.RELAY_URL)
+    log.warn('RELAY_URL is not set: NIP-42 AUTH checks the relay tag against the Host header the client sends; set RELAY_URL (e.g. wss://relay.example.com) on a public relay');
+
   const router = new HttpRouter(log).add(relayEndpoint(relayInformation(config, limits)));
-  const http = createServer(router.handle);
+  const listening = await createListeningServer(config, router.handle);
+  const http = listening.server;
   // The frame cap is above the announced limit so an oversized message still gets a NIP-01 reply;
   // beyond it ws closes the connection (1009) without buffering the rest.
-  const wss = new WebSocketServer({ server: http, maxPayload: limits.maxMessageBytes * 2, perMessageDeflate: false });
+  const wss = new WebSocketServer({ noServer: true, maxPayload: limits.maxMessageBytes * 2, perMessageDeflate: false });
   const connections = new Map<WebSocket, Connection>();
   const alive = new WeakSet<WebSocket>();
+  let warnedForwarded = false;
 
-  wss.on('connection', (ws, req) => {
-    const connection = new Connection(ws, ctx, remoteAddress(req, config.TRUST_PROXY), req.socket);
+  // Who the client is and whether it may open another connection are settled before the upgrade, so
+  // a refusal is a plain HTTP answer (429) that costs no WebSocket.
+  http.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => {
+    socket.on('error', (err) => log.debug({ err: err.message }, 'upgrade socket error'));
+    const forwarded = req.headers['x-forwarded-for'];
+    const address = clientAddress(req.socket.remoteAddress, forwarded, proxies);
+    if (forwarded !== undefined && !warnedForwarded && !proxies?.has(req.socket.remoteAddress ?? '')) {
+      warnedForwarded = true;
+      log.warn({ peer: address }, 'X-Forwarded-For from a peer not in TRUSTED_PROXIES is ignored: if a reverse proxy runs there, add it to TRUSTED_PROXIES');
+    }
+    if (ctx.closing) return refuseUpgrade(socket, 503, 'Service Unavailable', reason.error('relay shutting down'));
+    const verdict = ctx.limiter.openConnection(address);
+    if (verdict !== 'ok') {
+      const why =
+        verdict === 'cap'
+          ? reason.rateLimited(`at most ${config.MAX_CONNECTIONS_PER_ADDRESS} open connections per address`)
+          : reason.rateLimited('too many new connections from this address, try again shortly');
+      return refuseUpgrade(socket, 429, 'Too Many Requests', why);
+    }
+    // Counted open until the socket closes, whether or not the handshake completes.
+    socket.once('close', () => ctx.limiter.closeConnection(address));
+    wss.handleUpgrade(req, socket, head, (ws) => accept(ws, req, socket, address));
+  });
+
+  function accept(ws: WebSocket, req: IncomingMessage, socket: Duplex, address: string): void {
+    const connection = new Connection(ws, ctx, { address, relay: relayOf(req, config.RELAY_URL) }, socket);
     connections.set(ws, connection);
     alive.add(ws);
     ws.on('pong', () => alive.add(ws));
@@ -78,7 +148,7 @@ export async function startRelay(config: Config, pool: pg.Pool, log: Logger): Pr
       connections.delete(ws);
     });
     ws.on('error', (err) => log.debug({ err: err.message, remote: connection.remote }, 'socket error'));
-  });
+  }
 
   const heartbeat = setInterval(() => {
     for (const ws of connections.keys()) {
@@ -107,13 +177,18 @@ export async function startRelay(config: Config, pool: pg.Pool, log: Logger): Pr
   });
   const { port } = http.address() as AddressInfo;
   const host = config.HOST.includes(':') ? `[${config.HOST}]` : config.HOST;
-  const url = `ws://${host}:${port}`;
+  const url = `${listening.scheme}://${host}:${port}`;
   log.info({ url }, 'relay listening');
 
   return {
     url,
     port,
     context: ctx,
+    async reloadTls() {
+      const reloaded = await listening.reload();
+      if (reloaded) log.info({ cert: config.TLS_CERT_FILE }, 'TLS certificate reloaded');
+      return reloaded;
+    },
     async close() {
       ctx.closing = true;
       clearInterval(heartbeat);

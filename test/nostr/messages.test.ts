@@ -2,7 +2,7 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import {
-  closedMessage, countMessage, eoseMessage, eventMessage, noticeMessage, okMessage, parseClientMessage,
+  authMessage, closedMessage, countMessage, eoseMessage, eventMessage, noticeMessage, okMessage, parseClientMessage,
 } from '../../src/nostr/messages.js';
 
 const parse = (message: unknown) => parseClientMessage(typeof message === 'string' ? message : JSON.stringify(message));
@@ -59,7 +59,18 @@ describe('parseClientMessage', () => {
     expect(parse(message)).toEqual({ ok: false, notice: 'invalid: CLOSE needs a subscription id string' });
   });
 
-  it.each(['AUTH', 'NEG-OPEN', 'req', 'Event', ''])('refuses the unknown verb %j', (verb) => {
+  it('reads ["AUTH", event] (NIP-42), leaving the event to the connection', () => {
+    expect(parse(['AUTH', { kind: 22242 }])).toEqual({ ok: true, message: { type: 'AUTH', event: { kind: 22242 } } });
+  });
+
+  it.each([
+    ['no event', ['AUTH']],
+    ['two events', ['AUTH', {}, {}]],
+  ])('refuses AUTH with %s', (_, message) => {
+    expect(parse(message)).toEqual({ ok: false, notice: 'invalid: AUTH takes exactly one event' });
+  });
+
+  it.each(['NEG-OPEN', 'auth', 'req', 'Event', ''])('refuses the unknown verb %j', (verb) => {
     expect(parse([verb, 'x'])).toMatchObject({ ok: false, notice: expect.stringMatching(/^invalid: unknown message type/) });
   });
 
@@ -129,6 +140,10 @@ describe('relay messages', () => {
 
   it('encodes NOTICE', () => {
     expect(JSON.parse(noticeMessage('hello'))).toEqual(['NOTICE', 'hello']);
+  });
+
+  it('encodes the AUTH challenge (NIP-42)', () => {
+    expect(JSON.parse(authMessage('c1'))).toEqual(['AUTH', 'c1']);
   });
 
   it('encodes COUNT as {"count": n} (NIP-45)', () => {

@@ -192,4 +192,21 @@ describe('import', () => {
       await target.close();
     }
   });
+  it('runs the relay rules with a session that has no connection: AUTH-only rules do not apply to an import', async () => {
+    const target = await openTestStore();
+    try {
+      // A protected event (NIP-70) that another relay accepted from its authenticated author, moved by
+      // the operator; a relay that requires AUTH for writes still imports; kind 22242 is still refused.
+      const strict = policyFrom(testConfig({ AUTH_REQUIRED: 'all' }));
+      const protectedNote = alice.sign({ kind: 1, created_at: t, tags: [['-']], content: 'mine only' });
+      const auth = alice.sign({ kind: 22242, created_at: t, tags: [['relay', 'wss://x'], ['challenge', 'c']] });
+      const refused: string[] = [];
+      const result = await importJsonl(target.pool, jsonl([protectedNote, auth]), { policy: strict, verifier, onRefused: (_l, r) => refused.push(r) });
+      expect(result).toMatchObject({ accepted: 1, invalid: 1 });
+      expect(refused).toEqual([expect.stringMatching(/^invalid: kind 22242/)]);
+      expect(await storedRaw(target.pool)).toEqual([canonicalEventJson(protectedNote)]);
+    } finally {
+      await target.close();
+    }
+  });
 });

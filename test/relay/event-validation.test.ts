@@ -175,7 +175,7 @@ describe('EVENT acceptance', () => {
     expect(await client.publish(alice.sign({ kind: 22242 }))).toEqual([false, INVALID]);
   });
 
-  it('refuses a NIP-70 protected event (no AUTH here) with "blocked:"', async () => {
-    expect(await client.publish(alice.sign({ tags: [['-']] }))).toEqual([false, expect.stringMatching(/^blocked: /)]);
+  it('refuses a NIP-70 protected event from a connection where nobody is authenticated with "auth-required:"', async () => {
+    expect(await client.publish(alice.sign({ tags: [['-']] }))).toEqual([false, expect.stringMatching(/^auth-required: /)]);
   });
 });

@@ -60,7 +60,7 @@ describe('NIP-11', () => {
   it('lists the supported NIPs as integers, including the ones this relay implements', async () => {
     const info = await getInfo();
     expect(info.supported_nips.every((n: unknown) => Number.isInteger(n))).toBe(true);
-    expect(info.supported_nips).toEqual(expect.arrayContaining([1, 9, 11, 13, 40, 45]));
+    expect(info.supported_nips).toEqual(expect.arrayContaining([1, 9, 11, 13, 40, 42, 45, 70]));
   });
 
   it('names the software by its homepage URL and gives the package version', async () => {
@@ -121,6 +121,22 @@ describe('NIP-11 with default limits', () => {
       });
     } finally {
       await plain.close();
+    }
+  });
+});
+
+describe('NIP-11 and AUTH_REQUIRED', () => {
+  it.each([
+    ['none', false, false],
+    ['writes', false, true],
+    ['all', true, true],
+  ])('AUTH_REQUIRED=%s announces auth_required %s and restricted_writes %s', async (mode, authRequired, restrictedWrites) => {
+    const relay = await startTestRelay({ AUTH_REQUIRED: mode });
+    try {
+      const { limitation } = await getInfo(relay.url.replace(/^ws/, 'http'));
+      expect(limitation).toMatchObject({ auth_required: authRequired, restricted_writes: restrictedWrites });
+    } finally {
+      await relay.close();
     }
   });
 });

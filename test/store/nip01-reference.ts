@@ -56,9 +56,23 @@ export function referenceMatch(f: RawFilter, e: NostrEvent): boolean {
 
 const referenceLimit = (f: RawFilter, limits: FilterLimits) => Math.min(f.limit ?? limits.defaultLimit, limits.maxLimit);
 
+/**
+ * Private kinds (NIP-04 DMs, NIP-59 gift wraps, protocol.md 6): an event of one of `kinds` is visible
+ * only to a reader who wrote it or whom one of its `p` tags names.
+ */
+export interface Privacy {
+  kinds: number[];
+  readers: string[];
+}
+
+export function referenceVisible(e: NostrEvent, privacy: Privacy | undefined): boolean {
+  if (!privacy || !privacy.kinds.includes(e.kind)) return true;
+  return privacy.readers.includes(e.pubkey) || e.tags.some((t) => t[0] === 'p' && t.length >= 2 && privacy.readers.includes(t[1]));
+}
+
 /** REQ: per filter the newest `limit` live matches; the union, each event once, in result order. */
-export function referenceReq(filters: RawFilter[], stored: NostrEvent[], now: number, limits: FilterLimits): NostrEvent[] {
-  const live = stored.filter((e) => !isExpired(e, now));
+export function referenceReq(filters: RawFilter[], stored: NostrEvent[], now: number, limits: FilterLimits, privacy?: Privacy): NostrEvent[] {
+  const live = stored.filter((e) => !isExpired(e, now) && referenceVisible(e, privacy));
   const union = new Map<string, NostrEvent>();
   for (const f of filters) {
     const newest = live.filter((e) => referenceMatch(f, e)).sort(resultOrder).slice(0, referenceLimit(f, limits));
@@ -68,8 +82,8 @@ export function referenceReq(filters: RawFilter[], stored: NostrEvent[], now: nu
 }
 
 /** NIP-45 COUNT: live events matching any filter, each once; limit ignored. */
-export function referenceCount(filters: RawFilter[], stored: NostrEvent[], now: number): number {
-  return stored.filter((e) => !isExpired(e, now) && filters.some((f) => referenceMatch(f, e))).length;
+export function referenceCount(filters: RawFilter[], stored: NostrEvent[], now: number, privacy?: Privacy): number {
+  return stored.filter((e) => !isExpired(e, now) && referenceVisible(e, privacy) && filters.some((f) => referenceMatch(f, e))).length;
 }
 
 /**
@@ -96,18 +110,20 @@ export function referenceStored(events: NostrEvent[]): NostrEvent[] {
 // ---------------------------------------------------------------------------------------------------
 // Running the store
 
-export function parseAll(filters: RawFilter[], limits: FilterLimits): Filter[] {
+/** Parses client filters; with `privacy`, narrowed as the private-kinds read rule narrows them. */
+export function parseAll(filters: RawFilter[], limits: FilterLimits, privacy?: Privacy): Filter[] {
   return filters.map((f) => {
     const parsed = parseFilter(f, limits);
     if (!parsed.ok) throw new Error(`generated filter refused: ${parsed.reason} ${JSON.stringify(f)}`);
-    return parsed.value;
+    if (!privacy) return parsed.value;
+    return { ...parsed.value, privateKinds: { kinds: new Set(privacy.kinds), readers: new Set(privacy.readers) } };
   });
 }
 
 /** The REQ answer from SQL, as full events parsed back from the stored raw JSON. */
-export async function storeReq(pool: pg.Pool, filters: RawFilter[], now: number, limits: FilterLimits): Promise<NostrEvent[]> {
+export async function storeReq(pool: pg.Pool, filters: RawFilter[], now: number, limits: FilterLimits, privacy?: Privacy): Promise<NostrEvent[]> {
   const out: NostrEvent[] = [];
-  await streamEvents(pool, parseAll(filters, limits), now, (rows) => {
+  await streamEvents(pool, parseAll(filters, limits, privacy), now, (rows) => {
     for (const row of rows) {
       const event = JSON.parse(row.raw) as NostrEvent;
       if (event.id !== row.id) throw new Error(`row id ${row.id} does not match its raw event ${event.id}`);
@@ -118,8 +134,8 @@ export async function storeReq(pool: pg.Pool, filters: RawFilter[], now: number,
   return out;
 }
 
-export function storeCount(pool: pg.Pool, filters: RawFilter[], now: number, limits: FilterLimits): Promise<number> {
-  return countEvents(pool, parseAll(filters, limits), now);
+export function storeCount(pool: pg.Pool, filters: RawFilter[], now: number, limits: FilterLimits, privacy?: Privacy): Promise<number> {
+  return countEvents(pool, parseAll(filters, limits, privacy), now);
 }
 
 /** Writes events the way the relay does, `concurrency` at a time. */
@@ -218,6 +234,12 @@ export function filterArb(idPool: string[]): fc.Arbitrary<RawFilter> {
 }
 
 export const filtersArb = (idPool: string[]) => fc.array(filterArb(idPool), { minLength: 1, maxLength: 3 });
+
+/** Which kinds are private (one or two of the regular ones) and who is authenticated (often nobody). */
+export const privacyArb: fc.Arbitrary<Privacy> = fc.record({
+  kinds: fc.subarray(REGULAR_KINDS, { minLength: 1, maxLength: 2 }),
+  readers: fc.oneof({ weight: 1, arbitrary: fc.constant([] as string[]) }, { weight: 3, arbitrary: fc.subarray(PUBKEYS, { minLength: 1, maxLength: 2 }) }),
+});
 
 /**
  * The same filters with every non-empty list (but ids) grown to `n` ≥ PLAN_REUSE_MIN_VALUES entries by

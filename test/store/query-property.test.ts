@@ -9,8 +9,8 @@ import { matchFilter, type FilterLimits } from '../../src/nostr/filter.js';
 import { openDatabase, type Database } from '../../src/store/database.js';
 import { createTestDatabase } from '../support/database.js';
 import {
-  BASE_TIME, eventArb, eventsArb, expirationsAround, filterArb, filtersArb, insertAll, longListFiltersArb, parseAll, referenceCount, referenceMatch, referenceReq,
-  referenceStored, storeCount, storeReq, type RawFilter,
+  BASE_TIME, eventArb, eventsArb, expirationsAround, filterArb, filtersArb, insertAll, longListFiltersArb, parseAll, privacyArb, referenceCount, referenceMatch,
+  referenceReq, referenceStored, referenceVisible, storeCount, storeReq, type RawFilter,
 } from './nip01-reference.js';
 
 const NOW = BASE_TIME + 20; // inside the created_at range, so expirations fall on both sides of it
@@ -82,6 +82,35 @@ describe('on 3000 stored events', () => {
       { numRuns: 300 },
     );
   });
+
+  it('answers REQ with private kinds visible only to their authors and p-tagged readers, limit per filter kept', async () => {
+    await fc.assert(
+      fc.asyncProperty(filtersArb(idPool), privacyArb, async (filters, privacy) => {
+        const answer = await storeReq(db.pool, filters, NOW, LIMITS, privacy);
+        expect(ids(answer)).toEqual(ids(referenceReq(filters, stored, NOW, LIMITS, privacy)));
+      }),
+      { numRuns: 400 },
+    );
+  });
+
+  it('answers COUNT with private kinds counted only where the readers may see them', async () => {
+    await fc.assert(
+      fc.asyncProperty(filtersArb(idPool), privacyArb, async (filters, privacy) => {
+        expect(await storeCount(db.pool, filters, NOW, LIMITS, privacy)).toBe(referenceCount(filters, stored, NOW, privacy));
+      }),
+      { numRuns: 200 },
+    );
+  });
+
+  it('answers private-kind REQs with long lists the same way (padded, named statements)', async () => {
+    await fc.assert(
+      fc.asyncProperty(longListFiltersArb(idPool), privacyArb, async (filters, privacy) => {
+        const answer = await storeReq(db.pool, filters, NOW, LIMITS, privacy);
+        expect(ids(answer)).toEqual(ids(referenceReq(filters, stored, NOW, LIMITS, privacy)));
+      }),
+      { numRuns: 100 },
+    );
+  });
 });
 
 describe('on small generated data sets', () => {
@@ -125,6 +154,16 @@ describe('live matching', () => {
     fc.assert(
       fc.property(eventArb(expirationsAround(NOW)).chain((e) => fc.tuple(fc.constant(e), filterArb([e.id]))), ([event, filter]) => {
         expect(matchFilter(parseAll([filter], LIMITS)[0], event)).toBe(referenceMatch(filter, event));
+      }),
+      { numRuns: 3000 },
+    );
+  });
+
+  it('matchFilter applies private kinds exactly as the reference, so live delivery hides what REQ hides', () => {
+    fc.assert(
+      fc.property(eventArb(expirationsAround(NOW)).chain((e) => fc.tuple(fc.constant(e), filterArb([e.id]), privacyArb)), ([event, filter, privacy]) => {
+        const expected = referenceMatch(filter, event) && referenceVisible(event, privacy);
+        expect(matchFilter(parseAll([filter], LIMITS, privacy)[0], event)).toBe(expected);
       }),
       { numRuns: 3000 },
     );

@@ -1,6 +1,7 @@
 // A plain WebSocket test client that records every message, so tests can assert exact replies.
-import WebSocket from 'ws';
+import WebSocket, { type ClientOptions } from 'ws';
 import type { NostrEvent } from '../../src/nostr/event.js';
+import { now, type Signer } from './keys.js';
 
 export type RelayMessage = [string, ...unknown[]];
 
@@ -10,7 +11,10 @@ export class TestClient {
   private syncs = 0;
   closeInfo: { code: number; reason: string } | undefined;
 
-  private constructor(readonly ws: WebSocket) {
+  private constructor(
+    readonly ws: WebSocket,
+    readonly url: string,
+  ) {
     ws.on('message', (data) => {
       this.messages.push(JSON.parse(data.toString()));
       this.wake();
@@ -21,14 +25,36 @@ export class TestClient {
     });
   }
 
-  static async connect(url: string): Promise<TestClient> {
-    const ws = new WebSocket(url);
-    const client = new TestClient(ws);
+  /** `options`: ws client options (a source address, extra headers, a CA for wss://). */
+  static async connect(url: string, options: ClientOptions = {}): Promise<TestClient> {
+    const ws = new WebSocket(url, options);
+    const client = new TestClient(ws, url);
     await new Promise<void>((resolve, reject) => {
       ws.once('open', () => resolve());
       ws.once('error', reject);
     });
     return client;
+  }
+
+  /** The NIP-42 challenge the relay sent when the connection opened. */
+  async challenge(): Promise<string> {
+    const m = await this.waitFor((m) => m[0] === 'AUTH', 10_000, 0);
+    return m[1] as string;
+  }
+
+  /** Authenticates as `signer` (NIP-42) naming `relayUrl`; returns the OK as [accepted, reason]. */
+  async auth(signer: Signer, relayUrl = this.url, overrides: Partial<NostrEvent> = {}): Promise<[boolean, string]> {
+    const challenge = await this.challenge();
+    const event = signer.sign({ kind: 22242, created_at: now(), tags: [['relay', relayUrl], ['challenge', challenge]], content: '', ...overrides });
+    return this.sendAuth(event);
+  }
+
+  /** Sends ["AUTH", event] and returns its OK as [accepted, reason]. */
+  async sendAuth(event: NostrEvent | Record<string, unknown>): Promise<[boolean, string]> {
+    const from = this.messages.length;
+    this.send(['AUTH', event]);
+    const ok = await this.waitFor((m) => m[0] === 'OK' && m[1] === event.id, 10_000, from);
+    return [ok[2] as boolean, ok[3] as string];
   }
 
   private wake(): void {

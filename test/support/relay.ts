@@ -13,9 +13,20 @@ export interface TestRelay {
   close(): Promise<void>;
 }
 
+/**
+ * Rate limits are off unless a test sets them: most tests publish and query from one address far
+ * faster than a client should (test/relay/rate-limits.test.ts tests the limits themselves).
+ */
+const NO_RATE_LIMITS = {
+  RATE_LIMIT_EVENTS_PER_SECOND: '0',
+  RATE_LIMIT_REQS_PER_SECOND: '0',
+  RATE_LIMIT_CONNECTIONS_PER_MINUTE: '0',
+  MAX_CONNECTIONS_PER_ADDRESS: '0',
+};
+
 export async function startTestRelay(env: Record<string, string> = {}): Promise<TestRelay> {
   const databaseUrl = await createTestDatabase();
-  const config = parseConfig({ PORT: '0', HOST: '127.0.0.1', LOG_LEVEL: process.env.TEST_LOG_LEVEL ?? 'silent', ...env, DATABASE_URL: databaseUrl });
+  const config = parseConfig({ PORT: '0', HOST: '127.0.0.1', LOG_LEVEL: process.env.TEST_LOG_LEVEL ?? 'silent', ...NO_RATE_LIMITS, ...env, DATABASE_URL: databaseUrl });
   const log = createLogger(config.LOG_LEVEL);
   const db = await openDatabase(config, log);
   const relay = await startRelay(config, db.pool, log);

@@ -6,7 +6,7 @@ import type { Limits } from '../../policy/limits.js';
 import { SOFTWARE_URL, VERSION } from '../../version.js';
 import type { Route } from './router.js';
 
-export const SUPPORTED_NIPS = [1, 9, 11, 13, 40, 45, 70];
+export const SUPPORTED_NIPS = [1, 9, 11, 13, 40, 42, 45, 70];
 
 export function relayInformation(config: Config, limits: Limits) {
   return {
@@ -27,9 +27,10 @@ export function relayInformation(config: Config, limits: Limits) {
       max_event_tags: limits.maxEventTags,
       max_content_length: limits.maxContentLength,
       min_pow_difficulty: limits.minPowDifficulty,
-      auth_required: false,
+      // NIP-11: auth_required means AUTH before any other action; AUTH_REQUIRED=writes restricts writes only.
+      auth_required: config.AUTH_REQUIRED === 'all',
       payment_required: false,
-      restricted_writes: limits.minPowDifficulty > 0,
+      restricted_writes: limits.minPowDifficulty > 0 || config.AUTH_REQUIRED !== 'none',
       created_at_lower_limit: limits.createdAtPastSeconds || undefined,
       created_at_upper_limit: limits.createdAtFutureSeconds,
     },
