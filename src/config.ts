@@ -54,7 +54,7 @@ const schema = z.object({
   RELAY_DESCRIPTION: z.string().default('A Nostr relay on PostgreSQL with normalized tag indexes.'),
   RELAY_PUBKEY: optionalText.pipe(z.string().regex(/^[0-9a-f]{64}$/).optional()),
   RELAY_CONTACT: optionalText,
-  RELAY_URL: optionalText,
+  RELAY_URL: optionalText.pipe(z.string().regex(/^(wss?|https?):\/\/[^\s/?#]+[^\s]*$/, 'a relay URL such as wss://relay.example.com').optional()),
 
   // Limits: enforced, and announced in NIP-11 `limitation`.
   MAX_MESSAGE_BYTES: int(1024).default(131072),

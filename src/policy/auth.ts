@@ -11,6 +11,12 @@ export type AuthRequired = 'none' | 'writes' | 'all';
 /** How far created_at of an AUTH event may be from now (NIP-42: "about 10 minutes"). */
 export const AUTH_WINDOW_SECONDS = 600;
 
+/**
+ * Pubkeys one connection may authenticate. NIP-42 lets several count; a bound keeps a connection's
+ * session small and the private-kinds SQL (one author and one `#p` value per key) short.
+ */
+export const MAX_AUTHENTICATED_PUBKEYS = 32;
+
 export const authEventAsEvent: WriteRule = function authEventAsEvent(e) {
   return e.kind === KIND_AUTH ? reason.invalid(`kind ${KIND_AUTH} is for AUTH messages and is never stored or broadcast`) : undefined;
 };

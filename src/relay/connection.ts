@@ -8,7 +8,7 @@ import {
   authMessage, closedMessage, countMessage, eoseMessage, eventMessage, noticeMessage, okMessage, parseClientMessage, type ClientMessage,
 } from '../nostr/messages.js';
 import * as reason from '../nostr/reason.js';
-import { checkAuthEvent } from '../policy/auth.js';
+import { checkAuthEvent, MAX_AUTHENTICATED_PUBKEYS } from '../policy/auth.js';
 import { checkRead } from '../policy/policy.js';
 import type { Session } from '../policy/session.js';
 import { hasSqlState, isPoolExhausted, SQLSTATE } from '../store/pg-errors.js';
@@ -247,6 +247,8 @@ export class Connection {
     const event = parsed.value;
     const refusal = checkAuthEvent(event, this.challenge, this.peer.relay, nowSeconds());
     if (refusal) return this.send(okMessage(event.id, false, refusal));
+    if (this.session.pubkeys.size >= MAX_AUTHENTICATED_PUBKEYS && !this.session.pubkeys.has(event.pubkey))
+      return this.send(okMessage(event.id, false, reason.restricted(`at most ${MAX_AUTHENTICATED_PUBKEYS} keys may authenticate on one connection`)));
     this.pendingEvents++;
     let invalid;
     try {

@@ -123,6 +123,15 @@ describe('NIP-42 with RELAY_URL set', () => {
     expect(await c.publish(bob.sign({ tags: [['-']] }))).toEqual([true, '']);
   });
 
+  it('lets at most 32 keys authenticate on one connection; the ones in keep counting', async () => {
+    const c = await connect();
+    const keys = Array.from({ length: 33 }, () => newSigner());
+    for (const key of keys.slice(0, 32)) expect(await c.auth(key, RELAY_URL)).toEqual([true, '']);
+    expect(await c.auth(keys[32], RELAY_URL)).toEqual([false, 'restricted: at most 32 keys may authenticate on one connection']);
+    expect(await c.auth(keys[0], RELAY_URL)).toEqual([true, '']);
+    expect(await c.publish(keys[31].sign({ tags: [['-']] }))).toEqual([true, '']);
+  });
+
   it('refuses kind 22242 sent as an EVENT: never stored, never broadcast', async () => {
     const watcher = await connect();
     expect(await watcher.auth(bob, RELAY_URL)).toEqual([true, '']);

@@ -1,7 +1,7 @@
 // Built-in TLS: with TLS_CERT_FILE and TLS_KEY_FILE the relay serves wss:// and https:// (NIP-11) on
 // its port, and reloading the files (SIGHUP) swaps the certificate without dropping connections.
 import { spawn } from 'node:child_process';
-import { copyFile } from 'node:fs/promises';
+import { copyFile, rm } from 'node:fs/promises';
 import { get } from 'node:https';
 import path from 'node:path';
 import { connect as tlsConnect } from 'node:tls';
@@ -54,7 +54,10 @@ describe('built-in TLS', () => {
     await copyFile(first.keyFile, path.join(live, 'live-key.pem'));
     relay = await startTestRelay({ TLS_CERT_FILE: path.join(live, 'live-cert.pem'), TLS_KEY_FILE: path.join(live, 'live-key.pem') });
   });
-  afterAll(() => relay.close());
+  afterAll(async () => {
+    await relay.close();
+    await rm(live, { recursive: true, force: true });
+  });
 
   it('serves wss:// on its port: a client that trusts the certificate publishes and reads back', async () => {
     expect(relay.url).toMatch(/^wss:\/\/127\.0\.0\.1:\d+$/);
@@ -136,6 +139,7 @@ describe('SIGHUP', () => {
       const exited = new Promise((resolve) => child.once('exit', resolve));
       child.kill('SIGTERM');
       await exited;
+      await rm(dir, { recursive: true, force: true });
     }
   }, 90_000);
 });

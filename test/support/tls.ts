@@ -6,6 +6,8 @@ import path from 'node:path';
 import selfsigned from 'selfsigned';
 
 export interface TestCertificate {
+  /** The folder holding the files: remove it when done. */
+  dir: string;
   cert: string; // PEM
   key: string; // PEM
   certFile: string;
@@ -27,5 +29,5 @@ export async function makeCertificate(commonName = 'localhost', dir?: string): P
   const keyFile = path.join(folder, `${commonName}-${Date.now()}-key.pem`);
   await writeFile(certFile, pems.cert);
   await writeFile(keyFile, pems.private, { mode: 0o600 });
-  return { cert: pems.cert, key: pems.private, certFile, keyFile, fingerprint: pems.fingerprint };
+  return { dir: folder, cert: pems.cert, key: pems.private, certFile, keyFile, fingerprint: pems.fingerprint };
 }
