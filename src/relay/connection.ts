@@ -16,7 +16,7 @@ import { countEvents, streamEvents } from '../store/read.js';
 import { nowSeconds, type RelayContext } from './context.js';
 import { broadcast } from './fanout.js';
 import { ingestEvent } from './ingest.js';
-import type { ConnectionStrikes } from './rate-limit.js';
+import type { ConnectionBudget } from './rate-limit.js';
 import type { Subscriber } from './subscriptions.js';
 
 /** The CLOSED reason for a failed REQ or COUNT: overload and timeouts say so; the rest is `error:`. */
@@ -85,7 +85,7 @@ export class Connection {
   readonly session: ConnectionSession;
   /** NIP-42: sent when the connection opens; it holds for the connection's life. */
   readonly challenge = randomBytes(16).toString('hex');
-  private readonly strikes: ConnectionStrikes;
+  private readonly budget: ConnectionBudget;
 
   constructor(
     private readonly ws: WebSocket,
@@ -94,7 +94,7 @@ export class Connection {
     private readonly socket: Duplex,
   ) {
     this.session = new ConnectionSession(peer.address);
-    this.strikes = ctx.limiter.strikes();
+    this.budget = ctx.limiter.forConnection(peer.address);
     this.send(authMessage(this.challenge));
   }
 
@@ -182,9 +182,8 @@ export class Connection {
   }
 
   private withinBudget(m: ClientMessage | undefined): boolean {
-    const { limiter } = this.ctx;
-    if (m?.type === 'REQ' || m?.type === 'COUNT') return limiter.allowQuery(this.peer.address, this.session.pubkeys);
-    return limiter.allowEvent(this.peer.address, this.session.pubkeys);
+    if (m?.type === 'REQ' || m?.type === 'COUNT') return this.budget.allowQuery(this.session.pubkeys);
+    return this.budget.allowEvent(this.session.pubkeys);
   }
 
   /** A message over the budget: refused with rate-limited:, and a client that keeps on is cut off. */
@@ -198,7 +197,7 @@ export class Connection {
       const id = m?.type === 'EVENT' || m?.type === 'AUTH' ? claimedId(m.event) : undefined;
       this.send(id !== undefined ? okMessage(id, false, why) : noticeMessage(why));
     }
-    if (this.strikes.refused()) this.close(1008, reason.rateLimited('too many messages over the rate limit'));
+    if (this.budget.refused()) this.close(1008, reason.rateLimited('too many messages over the rate limit'));
   }
 
   private refuseOversized(data: Buffer): void {

@@ -121,6 +121,16 @@ export interface RateLimitSettings {
 
 export type ConnectionVerdict = 'ok' | 'rate' | 'cap';
 
+/** A connection's message budgets (RateLimiter.forConnection). */
+export interface ConnectionBudget {
+  /** An EVENT or AUTH message, charged to the address and every authenticated pubkey. */
+  allowEvent(pubkeys: ReadonlySet<string>, now?: number): boolean;
+  /** A REQ or COUNT message, the same way. */
+  allowQuery(pubkeys: ReadonlySet<string>, now?: number): boolean;
+  /** Counts a refused message; true when the connection must now be closed (see ConnectionStrikes). */
+  refused(now?: number): boolean;
+}
+
 const STRIKE_WINDOW_MS = 10_000;
 
 /** Refusals of one connection's messages: too many too fast and it is to be disconnected. */
@@ -174,12 +184,27 @@ export class RateLimiter {
 
   /** An EVENT or AUTH message. */
   allowEvent(address: string, pubkeys: ReadonlySet<string>, now = clock()): boolean {
-    return this.allow(this.events, address, pubkeys, now);
+    return this.allow(this.events, addressKey(address), this.isExemptAddress(address), pubkeys, now);
   }
 
   /** A REQ or COUNT message. */
   allowQuery(address: string, pubkeys: ReadonlySet<string>, now = clock()): boolean {
-    return this.allow(this.queries, address, pubkeys, now);
+    return this.allow(this.queries, addressKey(address), this.isExemptAddress(address), pubkeys, now);
+  }
+
+  /**
+   * One connection's budgets, with its address key and exemption worked out once (its address never
+   * changes), so a message costs only the bucket lookups: the relay's hot path uses this.
+   */
+  forConnection(address: string): ConnectionBudget {
+    const key = addressKey(address);
+    const exempt = this.isExemptAddress(address);
+    const strikes = this.strikes();
+    return {
+      allowEvent: (pubkeys, now = clock()) => this.allow(this.events, key, exempt, pubkeys, now),
+      allowQuery: (pubkeys, now = clock()) => this.allow(this.queries, key, exempt, pubkeys, now),
+      refused: (now) => strikes.refused(now),
+    };
   }
 
   /**
@@ -187,9 +212,8 @@ export class RateLimiter {
    * fresh budget), and so is every authenticated pubkey (one user spread over many addresses). All
    * buckets are checked first and charged only if all have a token, so a refusal costs nothing.
    */
-  private allow(budget: Budget, address: string, pubkeys: ReadonlySet<string>, now: number): boolean {
-    if (!budget.byAddress.enabled || this.isExempt(address, pubkeys)) return true;
-    const key = addressKey(address);
+  private allow(budget: Budget, key: string, exemptAddress: boolean, pubkeys: ReadonlySet<string>, now: number): boolean {
+    if (!budget.byAddress.enabled || exemptAddress || this.hasExemptPubkey(pubkeys)) return true;
     if (!budget.byAddress.has(key, now)) return false;
     for (const pubkey of pubkeys) if (!budget.byPubkey.has(pubkey, now)) return false;
     budget.byAddress.take(key, now);
@@ -197,8 +221,11 @@ export class RateLimiter {
     return true;
   }
 
-  private isExempt(address: string, pubkeys: ReadonlySet<string>): boolean {
-    if (this.exemptAddresses?.has(address)) return true;
+  private isExemptAddress(address: string): boolean {
+    return this.exemptAddresses?.has(address) ?? false;
+  }
+
+  private hasExemptPubkey(pubkeys: ReadonlySet<string>): boolean {
     if (this.exemptPubkeys.size === 0) return false;
     for (const pubkey of pubkeys) if (this.exemptPubkeys.has(pubkey)) return true;
     return false;

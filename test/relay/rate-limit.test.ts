@@ -192,6 +192,24 @@ describe('RateLimiter: messages', () => {
     expect(granted(4, () => rl.allowEvent('203.0.113.2', none, 0))).toBe(3);
   });
 
+  it('gives each connection a budget view that charges the same buckets as its address', () => {
+    const rl = limiter({ exempt: ['10.0.0.0/8'] });
+    const [a, b] = [rl.forConnection('203.0.113.1'), rl.forConnection('203.0.113.1')];
+    expect(granted(2, () => a.allowEvent(none, 0))).toBe(2);
+    expect(granted(2, () => b.allowEvent(none, 0))).toBe(1); // the address had 3 in all
+    expect(rl.allowEvent('203.0.113.1', none, 0)).toBe(false);
+    expect(granted(100, () => rl.forConnection('10.1.2.3').allowQuery(none, 0))).toBe(100);
+    expect(granted(4, () => rl.forConnection('2001:db8::1').allowQuery(new Set([PK_A]), 0))).toBe(3);
+    expect(rl.forConnection('2001:db8::2').allowQuery(none, 0)).toBe(false); // same /64
+  });
+
+  it('counts strikes per connection budget', () => {
+    const rl = limiter({ disconnectAfter: 2 });
+    const [a, b] = [rl.forConnection('203.0.113.1'), rl.forConnection('203.0.113.1')];
+    expect([a.refused(0), a.refused(0), a.refused(0)]).toEqual([false, false, true]);
+    expect(b.refused(0)).toBe(false);
+  });
+
   it('never refuses a connection with an exempt pubkey authenticated', () => {
     const rl = limiter({ exempt: [PK_A] });
     expect(granted(100, () => rl.allowEvent('203.0.113.1', new Set([PK_B, PK_A]), 0))).toBe(100);
