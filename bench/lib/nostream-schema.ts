@@ -11,7 +11,7 @@ export function nostreamEventsTable(name: string): string {
       event_kind          integer NOT NULL,
       event_created_at    integer NOT NULL,
       event_content       text NOT NULL,
-      event_tags          jsonb,
+      event_tags          jsonb,           -- nullable, as in nostream: NULL means no tags
       event_signature     bytea NOT NULL,
       first_seen          timestamp without time zone DEFAULT now(),
       deleted_at          timestamp without time zone,

@@ -7,10 +7,11 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { readCheckpoint } from '../../src/ops/checkpoint.js';
 import { TargetNotEmptyError } from '../../src/ops/nostream/empty-target-load.js';
 import { emptyTargetCheckpointName, importNostream, nostreamCheckpointName, type ImportNostreamOptions } from '../../src/ops/nostream/import-nostream.js';
-import type { NostrEvent } from '../../src/nostr/event.js';
+import { canonicalEventJson, ID_MISMATCH, type NostrEvent } from '../../src/nostr/event.js';
 import { policyFrom } from '../../src/policy/policy.js';
 import { SignatureVerifier } from '../../src/nostr/verifier.js';
 import { openDatabase, withDatabaseName, type Database } from '../../src/store/database.js';
+import { streamEvents } from '../../src/store/read.js';
 import { nostreamEventsTable } from '../../bench/lib/nostream-schema.js';
 import { runCli } from '../support/cli.js';
 import { createTestDatabase } from '../support/database.js';
@@ -23,6 +24,7 @@ const alice = newSigner();
 const bob = newSigner();
 const carol = newSigner();
 const wrapper = newSigner(); // NIP-59: gift wraps are signed by throwaway keys
+const dave = newSigner(); // the rows with event_tags NULL
 
 /** Signs `template` again (with a nonce tag) until its id passes `test`. */
 function signWhere(signer: Signer, template: Partial<NostrEvent>, test: (id: string) => boolean): NostrEvent {
@@ -36,7 +38,10 @@ function signWhere(signer: Signer, template: Partial<NostrEvent>, test: (id: str
 const signOrdered = (signer: Signer, template: Partial<NostrEvent>, order: 'before' | 'after', other: NostrEvent) =>
   signWhere(signer, template, (id) => (order === 'before' ? id < other.id : id > other.id));
 
-type Row = NostreamRow;
+type Row = NostreamRow & {
+  /** Store event_tags as NULL (nostream's column is nullable), whatever the signed tags. */
+  nullTags?: boolean;
+};
 
 // Regular events, and kind 5s naming them by e, before and after them in event_id order.
 const notes = Array.from({ length: 9 }, (_, i) =>
@@ -96,6 +101,16 @@ const wrapRefusedDeletion = signWhere(carol, { kind: 5, created_at: t + 91, tags
 const wrapDeleted = signWhere(wrapper, { kind: 1059, created_at: t + 92, tags: [['p', carol.pubkey]], content: 'sealed 2' }, early);
 const wrapDeletedDeletion = signWhere(carol, { kind: 5, created_at: t + 93, tags: [['e', wrapDeleted.id]] }, late);
 
+// Rows with event_tags NULL, read as no tags: single versions of each kind class (phase 1), an
+// address with two versions whose d is '' either way (the split must see them as one: phase 2), and
+// a row whose tags were lost (its id verifies only with them: refused).
+const untagged = dave.sign({ kind: 1, created_at: t + 110, content: 'no tags' });
+const untaggedContacts = dave.sign({ kind: 3, created_at: t + 111 });
+const untaggedArticle = dave.sign({ kind: 30023, created_at: t + 112, content: 'no d tag' });
+const emptyDOlder = dave.sign({ kind: 30024, created_at: t + 113, tags: [['d', '']], content: 'older, d empty' });
+const untaggedNewer = dave.sign({ kind: 30024, created_at: t + 114, content: 'newer, no tags' });
+const tagsLost = dave.sign({ kind: 1, created_at: t + 115, content: 'its tags were lost', tags: [['t', 'lost']] });
+
 // Rows the import leaves out or refuses.
 const ephemeral = bob.sign({ kind: 20001, created_at: t + 100, content: 'ephemeral' });
 const expiredByColumn = bob.sign({ kind: 1, created_at: t + 101, content: 'expired', tags: [['expiration', String(t + 200)]] });
@@ -117,6 +132,8 @@ const rows: Row[] = [
   { event: softDeletedProfile, deleted: true },
   { event: tampered, content: 'tampered with' },
   { event: tamperedList, content: 'tampered with' },
+  { event: emptyDOlder },
+  ...[untagged, untaggedContacts, untaggedArticle, untaggedNewer, tagsLost].map((event) => ({ event, nullTags: true })),
 ];
 
 let source: pg.Pool;
@@ -126,7 +143,8 @@ let checkpointName: string;
 async function fillSource(pool: pg.Pool, list: Row[]): Promise<void> {
   await pool.query(nostreamEventsTable('events'));
   await insertNostreamRows(pool, list);
-
+  const nullTags = list.filter((r) => r.nullTags).map((r) => Buffer.from(r.event.id, 'hex'));
+  await pool.query('UPDATE events SET event_tags = NULL WHERE event_id = ANY($1::bytea[])', [nullTags]);
 }
 
 beforeAll(async () => {
@@ -190,17 +208,17 @@ describe('import-nostream --empty-target', () => {
 
       // Not vacuous: the cases are there, as the relay's rules decide them.
       const stored = await storedIds(db.pool);
-      for (const e of [...notes, escapes, expiresLater, notBobs, spared, profiles[2], contacts[2].id < contacts[1].id ? contacts[2] : contacts[1], articleVersions[1], articleNewer, otherList, vanish]) {
+      for (const e of [...notes, escapes, expiresLater, notBobs, spared, profiles[2], contacts[2].id < contacts[1].id ? contacts[2] : contacts[1], articleVersions[1], articleNewer, otherList, vanish, untagged, untaggedContacts, untaggedArticle, untaggedNewer]) {
         expect(stored.has(e.id), `${e.kind} ${e.content} stored`).toBe(true);
       }
-      for (const e of [deletedBefore, deletedAfter, profiles[0], profiles[1], articleA, articleB, relayList, vanishBlocked, wrapRefused, wrapDeleted, contacts[0], contacts[3], softDeleted, tampered]) {
+      for (const e of [deletedBefore, deletedAfter, profiles[0], profiles[1], articleA, articleB, relayList, vanishBlocked, wrapRefused, wrapDeleted, contacts[0], contacts[3], softDeleted, tampered, emptyDOlder, tagsLost]) {
         expect(stored.has(e.id), `${e.kind} ${e.content} gone`).toBe(false);
       }
       expect((await db.pool.query('SELECT count(*)::int AS n FROM events WHERE kind = 5')).rows[0].n).toBe(13);
 
       // Phase 1 loaded the regular events and the single versions; phase 2 wrote the rest in order.
       expect(result).toMatchObject({ complete: true, emptyTargetLoad: { complete: true } });
-      const inOrder = rows.filter((r) => [5, 62, 1059].includes(r.event.kind as number) || [...profiles, ...contacts, ...articleVersions].includes(r.event as NostrEvent));
+      const inOrder = rows.filter((r) => [5, 62, 1059].includes(r.event.kind as number) || [...profiles, ...contacts, ...articleVersions, emptyDOlder, untaggedNewer].includes(r.event as NostrEvent));
       expect(result.emptyTargetLoad!.read).toBe(rows.length - inOrder.length);
       // Every row is counted once; only accepted/rejected can differ (a regular event named by a
       // kind 5 is loaded and then deleted, where the normal mode may refuse it).
@@ -210,6 +228,26 @@ describe('import-nostream --empty-target', () => {
       expect(await readCheckpoint(db.pool, emptyTargetCheckpointName(checkpointName))).toBeUndefined();
     } finally {
       await normalDb.close();
+      await db.close();
+    }
+  });
+
+  it("reads a NULL event_tags as no tags in both phases (d = '' for the split and the store), and refuses a row whose id needs tags", async () => {
+    const db = await openTestStore();
+    try {
+      const refused: Array<[string, string]> = [];
+      const result = await run(db, { emptyTarget: true, onRefused: (id, reason) => refused.push([id, reason]) });
+      expect(result.complete).toBe(true);
+      // Served as signed, with "tags":[]; the older version of the two at 30024:dave: is replaced.
+      const expected = [untagged, untaggedContacts, untaggedArticle, untaggedNewer].map(canonicalEventJson).sort();
+      expect(expected.every((raw) => raw.includes('"tags":[]'))).toBe(true);
+      const served: string[] = [];
+      await streamEvents(db.pool, [{ authors: [dave.pubkey], tags: [], limit: 100 }], now(), (rows) => (served.push(...rows.map((r) => r.raw)), true));
+      expect(served.sort()).toEqual(expected);
+      const { rows: keys } = await db.pool.query('SELECT kind, d_tag FROM events WHERE pubkey = $1 AND d_tag IS NOT NULL ORDER BY kind', [Buffer.from(dave.pubkey, 'hex')]);
+      expect(keys).toEqual([{ kind: 3, d_tag: '' }, { kind: 30023, d_tag: '' }, { kind: 30024, d_tag: '' }]);
+      expect(refused.filter(([id]) => id === tagsLost.id)).toEqual([[tagsLost.id, ID_MISMATCH]]);
+    } finally {
       await db.close();
     }
   });

@@ -4,11 +4,12 @@ import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { readCheckpoint } from '../../src/ops/checkpoint.js';
 import { importNostream, nostreamCheckpointName } from '../../src/ops/nostream/import-nostream.js';
-import { canonicalEventJson, type NostrEvent } from '../../src/nostr/event.js';
+import { canonicalEventJson, ID_MISMATCH, type NostrEvent } from '../../src/nostr/event.js';
 import { indexedTags } from '../../src/nostr/tags.js';
 import { policyFrom } from '../../src/policy/policy.js';
 import { SignatureVerifier } from '../../src/nostr/verifier.js';
 import type { Database } from '../../src/store/database.js';
+import { streamEvents } from '../../src/store/read.js';
 import { createTestDatabase } from '../support/database.js';
 import { newSigner, now } from '../support/keys.js';
 import { nostreamEventsTable } from '../../bench/lib/nostream-schema.js';
@@ -22,6 +23,8 @@ interface Row {
   expiresAt?: number;
   /** Store this content instead of the signed one (a corrupted row). */
   content?: string;
+  /** Store event_tags as NULL (nostream's column is nullable), whatever the signed tags. */
+  nullTags?: boolean;
 }
 
 let source: pg.Pool;
@@ -29,6 +32,7 @@ let sourceUrl: string;
 const policy = policyFrom(testConfig());
 const alice = newSigner();
 const bob = newSigner();
+const carol = newSigner();
 const t = now() - 1000;
 
 // The source data, and what the import must make of it.
@@ -53,6 +57,11 @@ const tampered = bob.sign({ kind: 1, created_at: t + 30, content: 'the original'
 const ephemeral = bob.sign({ kind: 20001, created_at: t + 31, content: 'ephemeral' });
 const alreadyHere = bob.sign({ kind: 1, created_at: t + 32, content: 'already in the target' });
 const softDeletedHere = bob.sign({ kind: 1, created_at: t + 33, content: 'soft-deleted, but the target has it' });
+// Rows with event_tags NULL: an event with no tags (for every kind class), and one whose tags were lost.
+const untagged = carol.sign({ kind: 1, created_at: t + 60, content: 'no tags' });
+const untaggedContacts = carol.sign({ kind: 3, created_at: t + 61 });
+const untaggedArticle = carol.sign({ kind: 30023, created_at: t + 62, content: 'no d tag' });
+const tagsLost = carol.sign({ kind: 1, created_at: t + 63, content: 'its tags were lost', tags: [['t', 'lost']] });
 const manyNotes = Array.from({ length: 12 }, (_, i) => bob.sign({ kind: 1, created_at: t + 40 + i, content: `note ${i}`, tags: [['t', `n${i % 3}`]] }));
 
 const rows: Row[] = [
@@ -72,10 +81,11 @@ const rows: Row[] = [
   { event: ephemeral },
   { event: alreadyHere },
   { event: softDeletedHere, deleted: true },
+  ...[untagged, untaggedContacts, untaggedArticle, tagsLost].map((event) => ({ event, nullTags: true })),
   ...manyNotes.map((event) => ({ event })),
 ];
 
-const expectedStored = [note, escapes, kind5, notYetExpired, profiles[2], articleNew, otherArticle, alreadyHere, ...manyNotes];
+const expectedStored = [note, escapes, kind5, notYetExpired, profiles[2], articleNew, otherArticle, alreadyHere, untagged, untaggedContacts, untaggedArticle, ...manyNotes];
 
 /** What writing each group's versions in event_id order gives: accepted, replacing, refused as older. */
 function replay(groups: NostrEvent[][]): { accepted: number; replaced: number; refused: number } {
@@ -94,6 +104,13 @@ function replay(groups: NostrEvent[][]): { accepted: number; replaced: number; r
   return out;
 }
 
+/** What a REQ for `author`'s events gets: their raw JSON, sorted. */
+async function served(pool: pg.Pool, author: string): Promise<string[]> {
+  const raw: string[] = [];
+  await streamEvents(pool, [{ authors: [author], tags: [], limit: 100 }], now(), (rows) => (raw.push(...rows.map((r) => r.raw)), true));
+  return raw.sort();
+}
+
 async function freshTarget(): Promise<Database> {
   const db = await openTestStore();
   await store(db.pool, [alreadyHere, softDeletedHere]);
@@ -105,7 +122,8 @@ beforeAll(async () => {
   source = new pg.Pool({ connectionString: sourceUrl, max: 2 });
   await source.query(NOSTREAM_SCHEMA);
   await insertNostreamRows(source, rows);
-
+  const nullTags = rows.filter((r) => r.nullTags).map((r) => Buffer.from(r.event.id, 'hex'));
+  await source.query('UPDATE events SET event_tags = NULL WHERE event_id = ANY($1::bytea[])', [nullTags]);
 });
 
 afterAll(async () => {
@@ -139,19 +157,37 @@ describe('import-nostream', () => {
         softDeleted: 3,
         removed: 1, // softDeletedHere was in the target
         expired: 2,
-        accepted: 17 + versions.accepted,
+        accepted: 20 + versions.accepted,
         replaced: versions.replaced,
         duplicate: 1, // alreadyHere
-        invalid: 1, // tampered
+        invalid: 2, // tampered, tagsLost
         rejected: 1 + versions.refused, // ephemeral, older versions
       });
       expect(refused).toEqual(
         expect.arrayContaining([
           [tampered.id, 'invalid: event id does not match the sha256 of its serialization'],
+          [tagsLost.id, ID_MISMATCH],
           [ephemeral.id, expect.stringMatching(/^ephemeral:/)],
         ]),
       );
-      expect(refused).toHaveLength(2 + versions.refused);
+      expect(refused).toHaveLength(3 + versions.refused);
+    } finally {
+      await target.close();
+    }
+  });
+
+  it('reads a NULL event_tags as no tags: imports and serves the event if its id verifies with tags [], refuses it otherwise', async () => {
+    const target = await freshTarget();
+    try {
+      const refused: Array<[string, string]> = [];
+      await importNostream(source, target.pool, nostreamCheckpointName(sourceUrl), { policy, onRefused: (id, reason) => refused.push([id, reason]) });
+      const expected = [untagged, untaggedContacts, untaggedArticle].map(canonicalEventJson).sort();
+      expect(expected.every((raw) => raw.includes('"tags":[]'))).toBe(true);
+      expect(await served(target.pool, carol.pubkey)).toEqual(expected);
+      // Replaceable and addressable alike: no d tag, so the address's d is ''.
+      const { rows: keys } = await target.pool.query("SELECT kind, d_tag FROM events WHERE pubkey = $1 AND d_tag IS NOT NULL ORDER BY kind", [Buffer.from(carol.pubkey, 'hex')]);
+      expect(keys).toEqual([{ kind: 3, d_tag: '' }, { kind: 30023, d_tag: '' }]);
+      expect(refused.filter(([id]) => id === tagsLost.id)).toEqual([[tagsLost.id, ID_MISMATCH]]);
     } finally {
       await target.close();
     }

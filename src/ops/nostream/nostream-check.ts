@@ -77,7 +77,9 @@ export async function checkRows(
     }
     let tags: unknown;
     try {
-      tags = JSON.parse(row.tags ?? 'null');
+      // nostream's event_tags is nullable (its first migration) and may hold NULL for an event with
+      // no tags: read as []. A row whose tags were lost is then refused below, its id not matching.
+      tags = row.tags === null ? [] : JSON.parse(row.tags);
     } catch {
       refuse(id, 'invalid', reason.invalid('tags are not JSON'));
       continue;

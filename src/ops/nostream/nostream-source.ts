@@ -16,7 +16,7 @@ export interface SourceRow {
   event_kind: number | null;
   event_created_at: number | null;
   event_content: string | null;
-  /** event_tags, as JSON text. */
+  /** event_tags, as JSON text; NULL (the column is nullable) means no tags. */
   tags: string | null;
   event_signature: string | null;
   /** deleted_at is set. */
