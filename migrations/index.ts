@@ -3,6 +3,7 @@
 import type { Knex } from 'knex';
 import * as events from './20261122000001_events.js';
 import * as opsCheckpoints from './20261201000001_ops_checkpoints.js';
+import * as moderation from './20261224000001_moderation.js';
 
 export interface Migration {
   up(knex: Knex): Promise<void>;
@@ -12,4 +13,5 @@ export interface Migration {
 export const migrations: Record<string, Migration> = {
   '20261122000001_events': events,
   '20261201000001_ops_checkpoints': opsCheckpoints,
+  '20261224000001_moderation': moderation,
 };

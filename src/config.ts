@@ -3,6 +3,7 @@
 import { existsSync } from 'node:fs';
 import { isIP } from 'node:net';
 import { z } from 'zod';
+import { pubkeyFromText } from './nostr/nip19.js';
 
 const int = (min: number, max = Number.MAX_SAFE_INTEGER) => z.coerce.number().int().min(min).max(max);
 const rate = z.coerce.number().min(0).max(1_000_000); // per second or minute; 0 = off; fractions allowed
@@ -31,6 +32,13 @@ const cidrList = z
   .optional()
   .refine((v) => items(v).every(isAddressOrCidr), 'comma-separated IP addresses or CIDR blocks, e.g. 127.0.0.1/32,10.0.0.0/8')
   .transform(items);
+/** Admin keys: hex or npub, never a secret key in a configuration file. */
+const pubkeyHex = (text: string) => (text.startsWith('nsec') ? undefined : pubkeyFromText(text));
+const pubkeyList = z
+  .string()
+  .optional()
+  .refine((v) => items(v).every((x) => pubkeyHex(x) !== undefined), 'comma-separated pubkeys, 64 lowercase hex or npub')
+  .transform((v) => [...new Set(items(v).map((x) => pubkeyHex(x)!))]);
 const exemptList = z
   .string()
   .optional()
@@ -105,6 +113,11 @@ const schema = z.object({
   MAX_CONNECTIONS_PER_ADDRESS: int(0).default(100),
   RATE_LIMIT_DISCONNECT_AFTER: int(0).default(100),
   RATE_LIMIT_EXEMPT: exemptList,
+
+  // The operator's console: NIP-86 management API, /metrics, the status page.
+  ADMIN_PUBKEYS: pubkeyList,
+  METRICS_TOKEN: optionalText.pipe(z.string().min(16, 'at least 16 characters').optional()),
+  STATUS_PAGE: bool.default(true),
 });
 
 export type Config = z.infer<typeof schema>;

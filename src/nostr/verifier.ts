@@ -23,6 +23,7 @@ export class SignatureVerifier {
   private readonly pool: Piscina | undefined;
   private waiting: Waiting[] = [];
   private scheduled = false;
+  private inFlight = 0;
 
   /** `threads`: worker threads; 'auto' = one per core; 0 = verify on the calling thread. */
   constructor(threads: number | 'auto') {
@@ -30,10 +31,16 @@ export class SignatureVerifier {
     this.pool = n > 0 ? new Piscina({ filename: WORKER, minThreads: n, maxThreads: n, idleTimeout: 60_000 }) : undefined;
   }
 
+  /** Events handed to verify() whose verdict has not come back yet. */
+  get queued(): number {
+    return this.inFlight;
+  }
+
   /** Resolves with an `invalid:` reason, or undefined when the id and signature are right. */
   verify(event: NostrEvent): Promise<string | undefined> {
     if (!this.pool) return Promise.resolve(checkIdAndSignature(event));
-    return new Promise((resolve, reject) => {
+    this.inFlight++;
+    return new Promise<string | undefined>((resolve, reject) => {
       this.waiting.push({ event, resolve, reject });
       if (this.waiting.length >= MAX_BATCH) this.dispatch();
       else if (!this.scheduled) {
@@ -50,7 +57,7 @@ export class SignatureVerifier {
     this.pool!.run(batch.map((w) => w.event)).then(
       (reasons: Array<string | undefined>) => batch.forEach((w, i) => w.resolve(reasons[i])),
       (err) => batch.forEach((w) => w.reject(err)),
-    );
+    ).finally(() => (this.inFlight -= batch.length));
     if (this.waiting.length) this.dispatch();
   }
 

@@ -9,6 +9,7 @@ import type { Reason } from '../nostr/reason.js';
 import { authEventAsEvent, authRequiredForReads, authRequiredForWrites } from './auth.js';
 import { alreadyExpired } from './expiration.js';
 import { addressTooLong, limitRules, limitsFrom, type Limits } from './limits.js';
+import { moderationRules, staticModeration, type ModerationSource } from './moderation.js';
 import { powRule } from './pow.js';
 import { privateKindsRule } from './private-kinds.js';
 import { protectedEvent, repostOfProtected } from './protected.js';
@@ -20,13 +21,17 @@ export interface Policy {
   limits: Limits;
   write: readonly WriteRule[];
   read: readonly ReadRule[];
+  /** The operator's lists the moderation rules read (swapped by the relay when they change). */
+  moderation: ModerationSource;
 }
 
-export function policyFrom(config: Config): Policy {
+/** `moderation`: where the current lists are (store/moderation.ts); none by default. */
+export function policyFrom(config: Config, moderation: ModerationSource = staticModeration()): Policy {
   const limits = limitsFrom(config);
   const write = present<WriteRule>([
     authRequiredForWrites(config.AUTH_REQUIRED),
     authEventAsEvent,
+    ...moderationRules(moderation),
     ...limitRules(limits),
     powRule(limits.minPowDifficulty),
     protectedEvent,
@@ -35,7 +40,7 @@ export function policyFrom(config: Config): Policy {
     addressTooLong,
   ]);
   const read = present<ReadRule>([authRequiredForReads(config.AUTH_REQUIRED), privateKindsRule(config.RESTRICTED_READ_KINDS)]);
-  return { limits, write, read };
+  return { limits, write, read, moderation };
 }
 
 /** The first write rule's refusal, or undefined when every rule lets the event through. */

@@ -14,7 +14,6 @@ import type { Session } from '../policy/session.js';
 import { hasSqlState, isPoolExhausted, SQLSTATE } from '../store/pg-errors.js';
 import { countEvents, streamEvents } from '../store/read.js';
 import { nowSeconds, type RelayContext } from './context.js';
-import { broadcast } from './fanout.js';
 import { ingestEvent } from './ingest.js';
 import type { ConnectionBudget } from './rate-limit.js';
 import type { Subscriber } from './subscriptions.js';
@@ -105,6 +104,7 @@ export class Connection {
   send(text: string): void {
     if (this.closed) return;
     if (this.ws.bufferedAmount > this.ctx.limits.maxBufferedBytes) {
+      this.ctx.metrics.slowClient();
       this.close(1008, TOO_SLOW);
       return;
     }
@@ -134,6 +134,7 @@ export class Connection {
   private async drained(): Promise<boolean> {
     for (let waited = 0; !this.closed && this.backlogged; waited += 10) {
       if (waited > 30_000) {
+        this.ctx.metrics.slowClient();
         this.close(1008, TOO_SLOW);
         return false;
       }
@@ -159,10 +160,18 @@ export class Connection {
   async onMessage(data: Buffer): Promise<void> {
     // Every message but CLOSE spends from a budget (rate-limit.ts): REQ and COUNT from the query
     // budget, everything else (EVENT, AUTH, and what cannot be read) from the event budget.
-    if (data.length > this.ctx.limits.maxMessageBytes) return this.withinBudget(undefined) ? this.refuseOversized(data) : this.overBudget(undefined);
+    const { metrics } = this.ctx;
+    if (data.length > this.ctx.limits.maxMessageBytes) {
+      metrics.message('oversized');
+      return this.withinBudget(undefined) ? this.refuseOversized(data) : this.overBudget(undefined);
+    }
     const parsed = parseClientMessage(data.toString('utf8'));
-    if (!parsed.ok) return this.withinBudget(undefined) ? this.send(noticeMessage(parsed.notice)) : this.overBudget(undefined);
+    if (!parsed.ok) {
+      metrics.message('invalid');
+      return this.withinBudget(undefined) ? this.send(noticeMessage(parsed.notice)) : this.overBudget(undefined);
+    }
     const m = parsed.message;
+    metrics.message(m.type);
     if (m.type !== 'CLOSE' && !this.withinBudget(m)) return this.overBudget(m);
     switch (m.type) {
       case 'EVENT':
@@ -189,6 +198,8 @@ export class Connection {
   /** A message over the budget: refused with rate-limited:, and a client that keeps on is cut off. */
   private overBudget(m: ClientMessage | undefined): void {
     const why = reason.rateLimited('slow down: too many messages from this address or key');
+    const query = m?.type === 'REQ' || m?.type === 'COUNT';
+    this.ctx.metrics.limited(query ? 'query' : 'event');
     if (m?.type === 'REQ' || m?.type === 'COUNT') {
       const previous = this.subscriptions.get(m.subId);
       if (previous) this.endSubscription(previous); // the REQ replaced it (NIP-01); CLOSED ends that id
@@ -217,6 +228,7 @@ export class Connection {
       const why = reason.rateLimited(`more than ${this.ctx.limits.maxPendingEvents} events awaiting OK on this connection`);
       return this.send(id !== undefined ? okMessage(id, false, why) : noticeMessage(why));
     }
+    const started = performance.now();
     this.pendingEvents++;
     let result;
     try {
@@ -226,10 +238,7 @@ export class Connection {
     }
     if (!result.id) this.send(noticeMessage(result.reason));
     else this.send(okMessage(result.id, result.accepted, result.reason));
-    if (!result.publish) return;
-    // The OK leaves now: fanning out to many subscribers takes milliseconds the publisher need not wait.
-    this.uncork();
-    broadcast(this.ctx.subscriptions, result.publish);
+    this.ctx.metrics.eventAnswered(result.accepted, result.reason, performance.now() - started);
   }
 
   /**
@@ -238,16 +247,21 @@ export class Connection {
    * never stored nor broadcast.
    */
   private async onAuth(input: unknown): Promise<void> {
+    const { id, refusal } = await this.checkAuth(input);
+    if (id === undefined) this.send(noticeMessage(refusal!));
+    else this.send(okMessage(id, refusal === undefined, refusal ?? ''));
+    this.ctx.metrics.auth(refusal === undefined);
+  }
+
+  /** Adds the AUTH event's pubkey to the session when it passes; else the reason it does not. */
+  private async checkAuth(input: unknown): Promise<{ id?: string; refusal?: string }> {
     const parsed = parseEvent(input);
-    if (!parsed.ok) {
-      const id = claimedId(input);
-      return this.send(id !== undefined ? okMessage(id, false, parsed.reason) : noticeMessage(parsed.reason));
-    }
+    if (!parsed.ok) return { id: claimedId(input), refusal: parsed.reason };
     const event = parsed.value;
     const refusal = checkAuthEvent(event, this.challenge, this.peer.relay, nowSeconds());
-    if (refusal) return this.send(okMessage(event.id, false, refusal));
+    if (refusal) return { id: event.id, refusal };
     if (this.session.pubkeys.size >= MAX_AUTHENTICATED_PUBKEYS && !this.session.pubkeys.has(event.pubkey))
-      return this.send(okMessage(event.id, false, reason.restricted(`at most ${MAX_AUTHENTICATED_PUBKEYS} keys may authenticate on one connection`)));
+      return { id: event.id, refusal: reason.restricted(`at most ${MAX_AUTHENTICATED_PUBKEYS} keys may authenticate on one connection`) };
     this.pendingEvents++;
     let invalid;
     try {
@@ -255,9 +269,9 @@ export class Connection {
     } finally {
       this.pendingEvents--;
     }
-    if (invalid) return this.send(okMessage(event.id, false, invalid));
+    if (invalid) return { id: event.id, refusal: invalid };
     this.session.pubkeys.add(event.pubkey);
-    this.send(okMessage(event.id, true, ''));
+    return { id: event.id };
   }
 
   /**
@@ -298,6 +312,8 @@ export class Connection {
     const sub = new Subscription(subId, this);
     this.subscriptions.set(subId, sub);
     this.ctx.subscriptions.add(sub, filters); // before the query, so nothing committed meanwhile is missed
+    const started = performance.now();
+    let rowsSent = 0;
     try {
       await streamEvents(this.ctx.pool, filters, nowSeconds(), async (rows) => {
         for (const row of rows) {
@@ -307,6 +323,7 @@ export class Connection {
           if (this.backlogged && !(await this.drained())) return false;
           if (sub.closed) return false;
           sub.sendStored(row.id, row.raw);
+          rowsSent++;
         }
         return !sub.closed;
       });
@@ -317,15 +334,19 @@ export class Connection {
       if (failure.unexpected) this.ctx.log.error({ err: (err as Error).message, subId }, 'REQ query failed');
       return this.send(closedMessage(subId, failure.reason));
     }
-    if (!sub.closed) sub.goLive();
+    if (sub.closed) return;
+    sub.goLive();
+    this.ctx.metrics.reqAnswered(performance.now() - started, rowsSent);
   }
 
   /** NIP-45: one count for the union of the filters; no subscription is kept. */
   private async onCount(subId: string, inputs: unknown[]): Promise<void> {
     const filters = this.parseFilters(subId, inputs);
     if (!filters) return;
+    const started = performance.now();
     try {
       this.send(countMessage(subId, await countEvents(this.ctx.pool, filters, nowSeconds())));
+      this.ctx.metrics.countAnswered(performance.now() - started);
     } catch (err) {
       this.send(closedMessage(subId, queryFailure(err, 'count').reason));
     }

@@ -4,7 +4,9 @@ import type { Logger } from '../log.js';
 import type { SignatureVerifier } from '../nostr/verifier.js';
 import type { Limits } from '../policy/limits.js';
 import type { Policy } from '../policy/policy.js';
+import type { ChangeStream } from '../store/changes.js';
 import type { EventWriter } from '../store/writer.js';
+import type { RelayMetrics } from './metrics.js';
 import type { RateLimiter } from './rate-limit.js';
 import type { SubscriptionIndex } from './subscriptions.js';
 
@@ -22,6 +24,9 @@ export interface RelayContext {
   writer: EventWriter;
   /** Per address and per authenticated pubkey budgets (RATE_LIMIT_*, MAX_CONNECTIONS_PER_ADDRESS). */
   limiter: RateLimiter;
+  /** What each committed batch stored, and the ephemeral events: fan-out and metrics listen. */
+  changes: ChangeStream;
+  metrics: RelayMetrics;
   closing: boolean;
 }
 

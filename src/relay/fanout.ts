@@ -1,11 +1,21 @@
-// Live fan-out: a newly stored or ephemeral event goes to every matching subscription. This is the
-// single entry point, so cross-process delivery (several relays on one database) can hook in here.
+// Live fan-out: each change from the change stream (store/changes.ts) goes to every matching
+// subscription, each event once per subscription. The stream is its only caller, so events written
+// by this process and, later, by others reach subscribers the same way.
 import { toMatchable } from '../nostr/filter.js';
+import type { Change } from '../store/changes.js';
 import type { PreparedEvent } from '../store/prepared-event.js';
 import type { SubscriptionIndex } from './subscriptions.js';
 
-export function broadcast(subscriptions: SubscriptionIndex, p: PreparedEvent): number {
+function broadcast(subscriptions: SubscriptionIndex, p: PreparedEvent): number {
   const subscribers = subscriptions.matching(toMatchable(p.event, p.tags));
   for (const s of subscribers) s.deliver(p.event.id, p.raw);
   return subscribers.size;
+}
+
+/** Delivers a change to the live subscriptions; returns the number of EVENT messages sent. */
+export function fanOut(subscriptions: SubscriptionIndex, change: Change): number {
+  if (change.type === 'ephemeral') return broadcast(subscriptions, change.event);
+  let delivered = 0;
+  for (const p of change.events) delivered += broadcast(subscriptions, p);
+  return delivered;
 }

@@ -1,12 +1,13 @@
 // The EVENT path: shape → write rules (with the connection's session) → id and signature (worker
-// pool) → group-committed write (or, for ephemeral kinds, nothing) → the reply. Fan-out is the
-// caller's next step, after it has sent OK.
+// pool) → group-committed write (or, for ephemeral kinds, nothing) → the reply. The writer announces
+// what it committed on the change stream, and an ephemeral event is announced here: fan-out listens
+// there and runs on the next turn, after the caller has sent OK.
 import { claimedId, parseEvent } from '../nostr/event.js';
 import { isEphemeral } from '../nostr/kinds.js';
 import * as reason from '../nostr/reason.js';
 import { checkWrite } from '../policy/policy.js';
 import type { Session } from '../policy/session.js';
-import { prepareEvent, type PreparedEvent } from '../store/prepared-event.js';
+import { prepareEvent } from '../store/prepared-event.js';
 import { WriterBusyError } from '../store/writer.js';
 import { nowSeconds, type RelayContext } from './context.js';
 
@@ -14,8 +15,6 @@ export interface IngestResult {
   id: string;
   accepted: boolean;
   reason: string;
-  /** Set when the event is new to the relay and must be fanned out. */
-  publish?: PreparedEvent;
 }
 
 export async function ingestEvent(ctx: RelayContext, session: Session, input: unknown): Promise<IngestResult> {
@@ -30,13 +29,16 @@ export async function ingestEvent(ctx: RelayContext, session: Session, input: un
   if (invalid) return refuse(invalid);
 
   const prepared = prepareEvent(event);
-  if (isEphemeral(event.kind)) return { id: event.id, accepted: true, reason: '', publish: prepared };
+  if (isEphemeral(event.kind)) {
+    ctx.changes.publish({ type: 'ephemeral', event: prepared });
+    return { id: event.id, accepted: true, reason: '' };
+  }
   if (ctx.closing) return refuse(reason.error('relay is shutting down, try again later'));
   try {
     const result = await ctx.writer.submit(prepared);
     switch (result.status) {
       case 'stored':
-        return { id: event.id, accepted: true, reason: '', publish: prepared };
+        return { id: event.id, accepted: true, reason: '' };
       case 'duplicate':
         return { id: event.id, accepted: true, reason: reason.duplicate('already have this event') };
       case 'rejected':

@@ -14,14 +14,24 @@ import * as reason from '../nostr/reason.js';
 import { SignatureVerifier } from '../nostr/verifier.js';
 import { relayIdentity } from '../policy/auth.js';
 import { policyFrom } from '../policy/policy.js';
+import type { ModerationLists } from '../policy/moderation.js';
+import { ChangeStream } from '../store/changes.js';
 import { deleteExpiredEvents } from '../store/expiry.js';
+import { ModerationWatch } from '../store/moderation.js';
 import { startRetention } from '../store/retention.js';
 import { EventWriter } from '../store/writer.js';
-import { clientAddress, trustedProxies } from './client-address.js';
+import { addressList, clientAddress, trustedProxies, type AddressList } from './client-address.js';
 import { Connection } from './connection.js';
 import { nowSeconds, type RelayContext } from './context.js';
+import { healthRoutes } from './http/health.js';
+import { managementHandler } from './http/management.js';
+import { metricsRoute } from './http/metrics.js';
 import { relayEndpoint, relayInformation } from './http/nip11.js';
 import { HttpRouter, pathOf } from './http/router.js';
+import { statusPageHandler, statusRoutes } from './http/status.js';
+import { StatusSampler } from './status.js';
+import { fanOut } from './fanout.js';
+import { RelayMetrics } from './metrics.js';
 import { RateLimiter, type RateLimitSettings } from './rate-limit.js';
 import { SubscriptionIndex } from './subscriptions.js';
 import { createListeningServer } from './tls.js';
@@ -78,35 +88,91 @@ function refuseUpgrade(socket: Duplex, status: number, text: string, why: string
 }
 
 export async function startRelay(config: Config, pool: pg.Pool, log: Logger): Promise<RelayServer> {
-  const policy = policyFrom(config);
+  // The operator's lists, watched so that a change made by any process applies here within a second.
+  const moderation = await new ModerationWatch(pool, log).start();
+  const policy = policyFrom(config, moderation);
   const { limits } = policy;
+  const connections = new Map<WebSocket, Connection>();
+  const subscriptions = new SubscriptionIndex();
+  const verifier = new SignatureVerifier(config.VERIFY_THREADS);
+  const changes = new ChangeStream((err) => log.error({ err: (err as Error).message, stack: (err as Error).stack }, 'change listener failed'));
+  const metrics = new RelayMetrics({
+    connections: () => connections.size,
+    subscriptions: () => subscriptions.size,
+    writerQueue: () => writer.queued,
+    verifyQueue: () => verifier.queued,
+    pool: () => ({ total: pool.totalCount, idle: pool.idleCount, waiting: pool.waitingCount }),
+  });
+  const writer = new EventWriter(pool, log, {
+    maxBatch: config.WRITE_BATCH_SIZE,
+    maxQueue: config.WRITE_QUEUE_MAX,
+    concurrency: config.WRITE_CONCURRENCY,
+    changes,
+    onBatch: (batch) => metrics.batch(batch),
+  });
   const ctx: RelayContext = {
     config,
     policy,
     limits,
     pool,
     log,
-    subscriptions: new SubscriptionIndex(),
-    verifier: new SignatureVerifier(config.VERIFY_THREADS),
-    writer: new EventWriter(pool, log, config.WRITE_BATCH_SIZE, config.WRITE_QUEUE_MAX, config.WRITE_CONCURRENCY),
+    subscriptions,
+    verifier,
+    writer,
     limiter: new RateLimiter(rateLimitsFrom(config)),
+    changes,
+    metrics,
     closing: false,
   };
+  // Everything downstream of a commit listens to the change stream.
+  changes.subscribe((change) => metrics.sent('live', fanOut(subscriptions, change)));
+  changes.subscribe((change) => (change.type === 'stored' ? metrics.stored(change.events) : metrics.ephemeral()));
   const proxies = trustedProxies(config.TRUSTED_PROXIES, config.TRUST_PROXY);
   if (config.TRUST_PROXY)
     log.warn('TRUST_PROXY is deprecated and will be removed: it now trusts X-Forwarded-For from loopback peers only; set TRUSTED_PROXIES instead (e.g. 127.0.0.1/32)');
   if (!config.RELAY_URL)
     log.warn('RELAY_URL is not set: NIP-42 AUTH checks the relay tag against the Host header the client sends; set RELAY_URL (e.g. wss://relay.example.com) on a public relay');
 
-  const router = new HttpRouter(log).add(relayEndpoint(relayInformation(config, limits)));
+  const info = () => relayInformation(config, limits, moderation.current.relayInfo);
+  const status = config.STATUS_PAGE
+    ? new StatusSampler({ metrics, pool, log, info, connections: () => connections.size, subscriptions: () => subscriptions.size }).start()
+    : undefined;
+  const router = new HttpRouter(log);
+  router.add(
+    relayEndpoint({
+      info,
+      statusPage: status && statusPageHandler,
+      management: managementHandler({
+        pool,
+        log,
+        admins: config.ADMIN_PUBKEYS,
+        urlOf: (req) => {
+          const identity = relayOf(req, config.RELAY_URL);
+          return identity === undefined ? undefined : identity + new URL(req.url ?? '/', 'http://x').search;
+        },
+        changed: () => moderation.reload(),
+      }),
+    }),
+  );
+  for (const route of healthRoutes(pool, () => ctx.closing)) router.add(route);
+  router.add(metricsRoute(metrics, config.METRICS_TOKEN));
+  for (const route of status ? statusRoutes(status) : []) router.add(route);
   const listening = await createListeningServer(config, router.handle);
   const http = listening.server;
   // The frame cap is above the announced limit so an oversized message still gets a NIP-01 reply;
   // beyond it ws closes the connection (1009) without buffering the rest.
   const wss = new WebSocketServer({ noServer: true, maxPayload: limits.maxMessageBytes * 2, perMessageDeflate: false });
-  const connections = new Map<WebSocket, Connection>();
   const alive = new WeakSet<WebSocket>();
   let warnedForwarded = false;
+  // Blocked addresses (NIP-86 blockip): refused at the upgrade, and closed when they are blocked.
+  let blocked: AddressList = addressList([]);
+  const applyBlocks = (lists: ModerationLists) => {
+    blocked = addressList([...lists.blockedIps.keys()]);
+    for (const connection of connections.values())
+      if (blocked.has(connection.remote)) connection.close(1008, reason.blocked('this address is blocked from this relay'));
+  };
+  applyBlocks(moderation.current);
+  moderation.onChange(applyBlocks);
 
   // Who the client is and whether it may open another connection are settled before the upgrade, so
   // a refusal is a plain HTTP answer (429) that costs no WebSocket.
@@ -118,9 +184,17 @@ export async function startRelay(config: Config, pool: pg.Pool, log: Logger): Pr
       warnedForwarded = true;
       log.warn({ peer: address }, 'X-Forwarded-For from a peer not in TRUSTED_PROXIES is ignored: if a reverse proxy runs there, add it to TRUSTED_PROXIES');
     }
-    if (ctx.closing) return refuseUpgrade(socket, 503, 'Service Unavailable', reason.error('relay shutting down'));
+    if (blocked.has(address)) {
+      metrics.connectionRefused('blocked');
+      return refuseUpgrade(socket, 403, 'Forbidden', reason.blocked('this address is blocked from this relay'));
+    }
+    if (ctx.closing) {
+      metrics.connectionRefused('closing');
+      return refuseUpgrade(socket, 503, 'Service Unavailable', reason.error('relay shutting down'));
+    }
     const verdict = ctx.limiter.openConnection(address);
     if (verdict !== 'ok') {
+      metrics.connectionRefused(verdict);
       const why =
         verdict === 'cap'
           ? reason.rateLimited(`at most ${config.MAX_CONNECTIONS_PER_ADDRESS} open connections per address`)
@@ -191,6 +265,8 @@ export async function startRelay(config: Config, pool: pg.Pool, log: Logger): Pr
     },
     async close() {
       ctx.closing = true;
+      moderation.stop();
+      status?.stop();
       clearInterval(heartbeat);
       clearInterval(sweep);
       stopRetention();
@@ -201,6 +277,8 @@ export async function startRelay(config: Config, pool: pg.Pool, log: Logger): Pr
       await new Promise((r) => setImmediate(r));
       for (const connection of connections.values()) connection.close(1001, 'relay shutting down');
       wss.close();
+      // Plain HTTP keep-alive sockets and status-page streams would hold http.close() open.
+      http.closeAllConnections();
       await Promise.race([stopped, deadline]);
       for (const ws of connections.keys()) ws.terminate();
       await ctx.verifier.close();

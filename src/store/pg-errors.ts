@@ -10,6 +10,8 @@ export const SQLSTATE = {
   serializationFailure: '40001',
   foreignKeyViolation: '23503',
   uniqueViolation: '23505',
+  /** The table does not exist (e.g. before the first migration). */
+  undefinedTable: '42P01',
   /** A `\u0000` (or another escape the database encoding cannot hold) in JSON text. */
   unsupportedUnicodeEscape: '22P05',
 } as const;

@@ -188,9 +188,16 @@ async function insertRows(client: pg.PoolClient, inserts: PreparedEvent[]): Prom
   return new Set(rows.map((r) => r.id));
 }
 
-/** Writes a batch atomically; results are in batch order. Database errors reject the whole batch. */
-export async function writeBatch(pool: pg.Pool, batch: PreparedEvent[]): Promise<WriteResult[]> {
-  if (batch.length === 0) return [];
+/** A committed batch: each event's outcome, in batch order, and the events it newly stored. */
+export interface WrittenBatch {
+  results: WriteResult[];
+  /** In arrival order; an event the batch stored and then replaced or deleted itself is not here. */
+  stored: PreparedEvent[];
+}
+
+/** Writes a batch atomically and says what it stored. Database errors reject the whole batch. */
+export async function writeBatchStored(pool: pg.Pool, batch: PreparedEvent[]): Promise<WrittenBatch> {
+  if (batch.length === 0) return { results: [], stored: [] };
   return withTransaction(pool, async (client) => {
     await takeLocks(client, batch);
     const plan = planBatch(batch, await readFacts(client, batch));
@@ -199,11 +206,17 @@ export async function writeBatch(pool: pg.Pool, batch: PreparedEvent[]): Promise
     await applyDeletions(client, plan.deletions);
     // Every planned id is locked, so none can appear meanwhile; were one to, it is a duplicate.
     const planned = new Set(plan.inserts.map((p) => p.event.id));
-    return plan.results.map((r, i) => {
+    const results = plan.results.map((r, i): WriteResult => {
       const id = batch[i].event.id;
       return r.status === 'stored' && planned.has(id) && !inserted.has(id) ? { status: 'duplicate' } : r;
     });
+    return { results, stored: plan.inserts.filter((p) => inserted.has(p.event.id)) };
   });
+}
+
+/** Writes a batch atomically; results are in batch order. Database errors reject the whole batch. */
+export async function writeBatch(pool: pg.Pool, batch: PreparedEvent[]): Promise<WriteResult[]> {
+  return (await writeBatchStored(pool, batch)).results;
 }
 
 /** Writes one event: a batch of one, so single writes follow exactly the same rules. */

@@ -5,7 +5,8 @@ import type pg from 'pg';
 import type { Logger } from '../log.js';
 import { inSqlStateClass } from './pg-errors.js';
 import type { PreparedEvent, WriteResult } from './prepared-event.js';
-import { writeBatch } from './write.js';
+import type { ChangeStream } from './changes.js';
+import { writeBatchStored } from './write.js';
 
 export class WriterBusyError extends Error {}
 
@@ -24,25 +25,40 @@ export interface WriterStats {
 /** SQLSTATE classes 22 (data exception) and 23 (integrity): caused by some event, not the database. */
 const isDataError = (err: unknown) => inSqlStateClass(err, '22', '23');
 
+export interface WriterOptions {
+  /** Events per transaction (1 turns batching off). */
+  maxBatch?: number;
+  /** Events waiting for a transaction; beyond it, submit() refuses. */
+  maxQueue?: number;
+  /**
+   * Transactions in flight at once. More overlap one batch's commit with the next one's inserts but
+   * split arrivals into smaller batches (bench:ingest measures both). Concurrent batches stay
+   * correct: each locks the keys it touches (write.ts), so conflicting events still serialise.
+   */
+  concurrency?: number;
+  /** Told what each committed batch stored (store/changes.ts). */
+  changes?: ChangeStream;
+  /** Told each transaction's size and time, committed or not (metrics). */
+  onBatch?: (batch: { events: number; seconds: number; committed: boolean }) => void;
+}
+
 export class EventWriter {
   private queue: Pending[] = [];
   private readonly flushing = new Set<Promise<void>>();
   readonly stats: WriterStats = { batches: 0, events: 0, failedBatches: 0 };
+  private readonly maxBatch: number;
+  private readonly maxQueue: number;
+  private readonly concurrency: number;
 
   constructor(
     private readonly pool: pg.Pool,
     private readonly log: Logger,
-    /** Events per transaction (1 turns batching off). */
-    private readonly maxBatch = 500,
-    /** Events waiting for a transaction; beyond it, submit() refuses. */
-    private readonly maxQueue = 20_000,
-    /**
-     * Transactions in flight at once. More overlap one batch's commit with the next one's inserts but
-     * split arrivals into smaller batches (bench:ingest measures both). Concurrent batches stay
-     * correct: each locks the keys it touches (write.ts), so conflicting events still serialise.
-     */
-    private readonly concurrency = 1,
-  ) {}
+    private readonly options: WriterOptions = {},
+  ) {
+    this.maxBatch = options.maxBatch ?? 500;
+    this.maxQueue = options.maxQueue ?? 20_000;
+    this.concurrency = options.concurrency ?? 1;
+  }
 
   get queued(): number {
     return this.queue.length;
@@ -74,12 +90,16 @@ export class EventWriter {
   }
 
   private async write(batch: Pending[]): Promise<void> {
+    const started = performance.now();
     try {
-      const results = await writeBatch(this.pool, batch.map((p) => p.event));
+      const { results, stored } = await writeBatchStored(this.pool, batch.map((p) => p.event));
       this.stats.batches++;
       this.stats.events += batch.length;
+      this.options.onBatch?.({ events: batch.length, seconds: (performance.now() - started) / 1000, committed: true });
       batch.forEach((p, i) => p.resolve(results[i]));
+      this.options.changes?.publish({ type: 'stored', events: stored });
     } catch (err) {
+      this.options.onBatch?.({ events: batch.length, seconds: (performance.now() - started) / 1000, committed: false });
       this.stats.failedBatches++;
       // One bad event must not fail its neighbours: split and retry. Database trouble fails all.
       if (batch.length > 1 && isDataError(err)) {

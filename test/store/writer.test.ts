@@ -70,7 +70,7 @@ describe('writeBatch', () => {
 
 describe('EventWriter', () => {
   it('groups concurrent submissions into few transactions and settles each only after its commit', async () => {
-    const writer = new EventWriter(pool, log, 500, 10_000);
+    const writer = new EventWriter(pool, log, { maxBatch: 500, maxQueue: 10_000 });
     const dave = newSigner();
     const events = Array.from({ length: 300 }, (_, i) => prepareEvent(dave.sign({ created_at: now() - i, content: `n${i}` })));
     const results = await Promise.all(
@@ -87,7 +87,7 @@ describe('EventWriter', () => {
   });
 
   it('refuses with WriterBusyError past its queue cap instead of growing without bound', async () => {
-    const writer = new EventWriter(pool, log, 10, 5);
+    const writer = new EventWriter(pool, log, { maxBatch: 10, maxQueue: 5 });
     const erin = newSigner();
     const submissions = Array.from({ length: 8 }, (_, i) => writer.submit(prepareEvent(erin.sign({ content: `q${i}` }))));
     const settled = await Promise.allSettled(submissions);
@@ -96,7 +96,7 @@ describe('EventWriter', () => {
   });
 
   it('isolates an event the database refuses, so the rest of its batch is stored', async () => {
-    const writer = new EventWriter(pool, log, 500, 1000);
+    const writer = new EventWriter(pool, log, { maxBatch: 500, maxQueue: 1000 });
     const frank = newSigner();
     const good = Array.from({ length: 9 }, (_, i) => prepareEvent(frank.sign({ content: `ok${i}` })));
     // TEXT cannot hold U+0000: a raw JSON with a literal NUL makes PostgreSQL refuse the row.

@@ -3,15 +3,18 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Config } from '../../config.js';
 import type { Limits } from '../../policy/limits.js';
+import type { ModerationLists } from '../../policy/moderation.js';
 import { SOFTWARE_URL, VERSION } from '../../version.js';
-import type { Route } from './router.js';
+import type { HttpHandler, Route } from './router.js';
 
 export const SUPPORTED_NIPS = [1, 9, 11, 13, 40, 42, 45, 70];
 
-export function relayInformation(config: Config, limits: Limits) {
+/** `changed`: what an admin changed through the management API (NIP-86), which wins. */
+export function relayInformation(config: Config, limits: Limits, changed: ModerationLists['relayInfo'] = {}) {
   return {
-    name: config.RELAY_NAME,
-    description: config.RELAY_DESCRIPTION,
+    name: changed.name ?? config.RELAY_NAME,
+    description: changed.description ?? config.RELAY_DESCRIPTION,
+    ...(changed.icon ? { icon: changed.icon } : {}),
     ...(config.RELAY_PUBKEY ? { pubkey: config.RELAY_PUBKEY } : {}),
     ...(config.RELAY_CONTACT ? { contact: config.RELAY_CONTACT } : {}),
     supported_nips: SUPPORTED_NIPS,
@@ -37,28 +40,46 @@ export function relayInformation(config: Config, limits: Limits) {
   };
 }
 
-/** NIP-11: relays MUST send CORS headers with the document. */
+/**
+ * NIP-11: relays MUST send CORS headers with the document. NIP-86 admin tools in a browser POST
+ * with an Authorization header, which a "*" does not cover: it is named.
+ */
 export const CORS = {
   'Access-Control-Allow-Origin': '*',
-  'Access-Control-Allow-Headers': '*',
-  'Access-Control-Allow-Methods': 'GET, OPTIONS',
+  'Access-Control-Allow-Headers': 'Authorization, *',
+  'Access-Control-Allow-Methods': 'GET, POST, OPTIONS',
 };
 
-/** The relay's endpoint: the NIP-11 document, CORS preflight, or a short human page. */
-export function relayEndpoint(info: object): Route {
-  const document = JSON.stringify(info);
+export interface EndpointHandlers {
+  /** The NIP-11 document, built per request (an admin may have changed the name). */
+  info(): object;
+  /** POST: the NIP-86 management API. */
+  management?: HttpHandler;
+  /** GET for a browser (Accept: text/html): the status page. */
+  statusPage?: HttpHandler;
+}
+
+/** The relay's endpoint: NIP-11, NIP-86, the status page, CORS preflight, or a short human page. */
+export function relayEndpoint(h: EndpointHandlers): Route {
   return {
-    methods: ['GET', 'HEAD', 'OPTIONS'],
+    methods: ['GET', 'HEAD', 'OPTIONS', 'POST'],
     headers: CORS,
     handle(req: IncomingMessage, res: ServerResponse) {
       if (req.method === 'OPTIONS') {
         res.writeHead(204, CORS).end();
         return;
       }
-      if ((req.headers.accept ?? '').includes('application/nostr+json')) {
-        res.writeHead(200, { ...CORS, 'Content-Type': 'application/nostr+json' }).end(document);
+      if (req.method === 'POST') {
+        if (h.management) return h.management(req, res);
+        res.writeHead(405, { ...CORS, Allow: 'GET, HEAD, OPTIONS' }).end();
         return;
       }
+      const accept = req.headers.accept ?? '';
+      if (accept.includes('application/nostr+json')) {
+        res.writeHead(200, { ...CORS, 'Content-Type': 'application/nostr+json' }).end(JSON.stringify(h.info()));
+        return;
+      }
+      if (h.statusPage && accept.includes('text/html')) return h.statusPage(req, res);
       res
         .writeHead(200, { ...CORS, 'Content-Type': 'text/plain; charset=utf-8' })
         .end('This is a Nostr relay. Connect with a Nostr client over WebSocket (wss://) to this address.\n');

@@ -1,0 +1,160 @@
+// NIP-86 relay management API (protocol.md 12): JSON-RPC-like POSTs to the relay's URL with
+// Content-Type application/nostr+json+rpc, authenticated with NIP-98 (policy/http-auth.ts) by a
+// pubkey in ADMIN_PUBKEYS. Missing or invalid auth: 401; a valid key that is not an admin: 403.
+// Every action is store/moderation.ts's, the same the CLI runs; the relay process that took the
+// request applies it at once, the others within a second.
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import type pg from 'pg';
+import { isAddressOrCidr } from '../../config.js';
+import type { Logger } from '../../log.js';
+import { eventIdFromText, pubkeyFromText } from '../../nostr/nip19.js';
+import { checkHttpAuth } from '../../policy/http-auth.js';
+import * as moderation from '../../store/moderation.js';
+
+export const RPC_CONTENT_TYPE = 'application/nostr+json+rpc';
+const MAX_BODY_BYTES = 64 * 1024;
+const MAX_REASON_LENGTH = 1000;
+
+class RpcError extends Error {}
+
+type Params = unknown[];
+type Method = (params: Params) => Promise<unknown>;
+
+const reasonOf = (params: Params, at: number): string | undefined => {
+  const r = params[at];
+  if (r === undefined || r === null) return undefined;
+  if (typeof r !== 'string' || r.length > MAX_REASON_LENGTH) throw new RpcError(`the reason must be a string of at most ${MAX_REASON_LENGTH} characters`);
+  return r;
+};
+const pubkeyOf = (params: Params): string => {
+  const pk = typeof params[0] === 'string' ? pubkeyFromText(params[0]) : undefined;
+  if (!pk) throw new RpcError('the first parameter must be a pubkey: 64 lowercase hex characters or npub');
+  return pk;
+};
+const eventIdOf = (params: Params): string => {
+  const id = typeof params[0] === 'string' ? eventIdFromText(params[0]) : undefined;
+  if (!id) throw new RpcError('the first parameter must be an event id: 64 lowercase hex characters or note');
+  return id;
+};
+const kindOf = (params: Params): number => {
+  const k = typeof params[0] === 'string' && /^\d{1,5}$/.test(params[0]) ? Number(params[0]) : params[0];
+  if (typeof k !== 'number' || !Number.isInteger(k) || k < 0 || k > 65535) throw new RpcError('the first parameter must be a kind from 0 to 65535');
+  return k;
+};
+const ipOf = (params: Params): string => {
+  const ip = params[0];
+  if (typeof ip !== 'string' || !isAddressOrCidr(ip.trim())) throw new RpcError('the first parameter must be an IP address or a CIDR block');
+  return ip.trim();
+};
+const textOf = (params: Params, max: number, what: string): string => {
+  const t = params[0];
+  if (typeof t !== 'string' || t.length > max) throw new RpcError(`the first parameter must be the ${what}, a string of at most ${max} characters`);
+  return t;
+};
+const iconOf = (params: Params): string => {
+  const url = textOf(params, 2000, 'icon URL');
+  if (!/^https?:\/\/\S+$/.test(url)) throw new RpcError('the icon must be an http(s) URL');
+  return url;
+};
+
+function methods(pool: pg.Pool): Record<string, Method> {
+  const table: Record<string, Method> = {
+    supportedmethods: async () => Object.keys(table),
+    banpubkey: async (p) => (await moderation.banPubkey(pool, pubkeyOf(p), reasonOf(p, 1)), true),
+    unbanpubkey: async (p) => (await moderation.unbanPubkey(pool, pubkeyOf(p)), true),
+    listbannedpubkeys: async () => (await moderation.list.bannedPubkeys(pool)).map((r) => ({ pubkey: r.key, reason: r.reason })),
+    allowpubkey: async (p) => (await moderation.allowPubkey(pool, pubkeyOf(p), reasonOf(p, 1)), true),
+    unallowpubkey: async (p) => (await moderation.unallowPubkey(pool, pubkeyOf(p)), true),
+    listallowedpubkeys: async () => (await moderation.list.allowedPubkeys(pool)).map((r) => ({ pubkey: r.key, reason: r.reason })),
+    banevent: async (p) => (await moderation.banEvent(pool, eventIdOf(p), reasonOf(p, 1)), true),
+    allowevent: async (p) => (await moderation.unbanEvent(pool, eventIdOf(p)), true),
+    listbannedevents: async () => (await moderation.list.bannedEvents(pool)).map((r) => ({ id: r.key, reason: r.reason })),
+    // No event is held back for review: everything not refused by a rule is published at once.
+    listeventsneedingmoderation: async () => [],
+    allowkind: async (p) => (await moderation.allowKind(pool, kindOf(p)), true),
+    disallowkind: async (p) => (await moderation.disallowKind(pool, kindOf(p)), true),
+    listallowedkinds: async () => moderation.list.allowedKinds(pool),
+    blockip: async (p) => (await moderation.blockIp(pool, ipOf(p), reasonOf(p, 1)), true),
+    unblockip: async (p) => (await moderation.unblockIp(pool, ipOf(p)), true),
+    listblockedips: async () => (await moderation.list.blockedIps(pool)).map((r) => ({ ip: r.key, reason: r.reason })),
+    changerelayname: async (p) => (await moderation.setRelayInfo(pool, 'name', textOf(p, 100, 'name')), true),
+    changerelaydescription: async (p) => (await moderation.setRelayInfo(pool, 'description', textOf(p, 5000, 'description')), true),
+    changerelayicon: async (p) => (await moderation.setRelayInfo(pool, 'icon', iconOf(p)), true),
+  };
+  return table;
+}
+
+const READ_ONLY = new Set(['supportedmethods', 'listbannedpubkeys', 'listallowedpubkeys', 'listbannedevents', 'listeventsneedingmoderation', 'listallowedkinds', 'listblockedips']);
+
+function reply(res: ServerResponse, status: number, body: { result?: unknown; error?: string }): void {
+  res.writeHead(status, { 'Content-Type': 'application/json', 'Cache-Control': 'no-store', 'Access-Control-Allow-Origin': '*' });
+  res.end(JSON.stringify({ result: body.result ?? null, ...(body.error ? { error: body.error } : {}) }));
+}
+
+async function readBody(req: IncomingMessage): Promise<Buffer | undefined> {
+  const chunks: Buffer[] = [];
+  let size = 0;
+  for await (const chunk of req as AsyncIterable<Buffer>) {
+    size += chunk.length;
+    if (size > MAX_BODY_BYTES) return undefined;
+    chunks.push(chunk);
+  }
+  return Buffer.concat(chunks);
+}
+
+export interface ManagementOptions {
+  pool: pg.Pool;
+  log: Logger;
+  admins: readonly string[];
+  /** The request's URL as NIP-98's `u` tag must name it (see policy/http-auth.ts requestIdentity). */
+  urlOf(req: IncomingMessage): string | undefined;
+  /** Called after a change, so this process applies it at once. */
+  changed(): Promise<void>;
+}
+
+/** The POST handler of the relay's endpoint. */
+export function managementHandler(o: ManagementOptions) {
+  const admins = new Set(o.admins);
+  const table = methods(o.pool);
+  // NIP-98 events already used, until they are too old to be accepted anyway: a captured header
+  // cannot be replayed on this process.
+  const used = new Map<string, number>();
+  return async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
+    const type = (req.headers['content-type'] ?? '').split(';')[0].trim().toLowerCase();
+    if (type !== RPC_CONTENT_TYPE) return reply(res, 415, { error: `POST here is the NIP-86 management API: Content-Type must be ${RPC_CONTENT_TYPE}` });
+    const body = await readBody(req);
+    if (!body) return reply(res, 413, { error: `the request body is larger than ${MAX_BODY_BYTES} bytes` });
+    const now = Math.floor(Date.now() / 1000);
+    const url = o.urlOf(req);
+    const auth = checkHttpAuth({ authorization: req.headers.authorization, url: url ?? '', method: 'POST', body, now });
+    if (!auth.ok) return reply(res, 401, { error: `unauthorized: ${auth.error}` });
+    for (const [id, at] of used) if (at < now - 120) used.delete(id);
+    if (used.has(auth.id)) return reply(res, 401, { error: 'unauthorized: this Authorization event was already used' });
+    used.set(auth.id, now);
+    if (!admins.has(auth.pubkey))
+      return reply(res, 403, { error: admins.size ? 'forbidden: this pubkey is not an admin of this relay' : 'forbidden: this relay has no admin (ADMIN_PUBKEYS)' });
+
+    let request: { method?: unknown; params?: unknown };
+    try {
+      request = JSON.parse(body.toString('utf8'));
+    } catch {
+      return reply(res, 400, { error: 'the body is not JSON' });
+    }
+    const name = typeof request?.method === 'string' ? request.method : '';
+    const method = Object.hasOwn(table, name) ? table[name] : undefined;
+    if (!method) return reply(res, 200, { error: `unsupported method ${JSON.stringify(name).slice(0, 60)}` });
+    const params = Array.isArray(request.params) ? request.params : [];
+    try {
+      const result = await method(params);
+      if (!READ_ONLY.has(name)) {
+        o.log.info({ admin: auth.pubkey, method: name, params }, 'management: change applied');
+        await o.changed();
+      }
+      reply(res, 200, { result });
+    } catch (err) {
+      if (err instanceof RpcError) return reply(res, 200, { error: err.message });
+      o.log.error({ err: (err as Error).message, method: name }, 'management method failed');
+      reply(res, 500, { error: 'the relay could not carry out this method' });
+    }
+  };
+}

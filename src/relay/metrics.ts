@@ -1,0 +1,182 @@
+// The relay's metrics: Prometheus counters, gauges and histograms (prom-client, one registry per
+// relay, with Node's default metrics) for GET /metrics, and the few running totals and recent
+// latencies the status page samples every second. The hot paths call one method each; label values
+// are bounded (verbs, reply prefixes, a fixed list of kinds), so the series never grow with traffic.
+import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
+import { prefixOf } from '../nostr/reason.js';
+import type { PreparedEvent } from '../store/prepared-event.js';
+
+/** Kinds that get their own label on stored events; every other kind counts as "other". */
+const LABELLED_KINDS = new Set([0, 1, 3, 4, 5, 6, 7, 16, 62, 1059, 1111, 9735, 10002, 30023]);
+
+const LATENCY_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10];
+
+/**
+ * The most recent observations of a latency, for percentiles over the last minute: a ring of at
+ * most `capacity` (time, value) pairs, so recording one is O(1) whatever the rate.
+ */
+export class LatencyWindow {
+  private readonly times: Float64Array;
+  private readonly values: Float64Array;
+  private next = 0;
+  private size = 0;
+
+  constructor(
+    private readonly windowMs = 60_000,
+    capacity = 20_000,
+  ) {
+    this.times = new Float64Array(capacity);
+    this.values = new Float64Array(capacity);
+  }
+
+  add(ms: number, now = Date.now()): void {
+    this.times[this.next] = now;
+    this.values[this.next] = ms;
+    this.next = (this.next + 1) % this.times.length;
+    this.size = Math.min(this.size + 1, this.times.length);
+  }
+
+  /** p50/p95/p99 in ms over the window (null when nothing was observed in it), and the count. */
+  percentiles(now = Date.now()): { p50: number | null; p95: number | null; p99: number | null; n: number } {
+    const recent: number[] = [];
+    for (let i = 0; i < this.size; i++) if (this.times[i] >= now - this.windowMs) recent.push(this.values[i]);
+    recent.sort((a, b) => a - b);
+    const at = (q: number) => (recent.length ? recent[Math.min(recent.length - 1, Math.floor(q * recent.length))] : null);
+    return { p50: at(0.5), p95: at(0.95), p99: at(0.99), n: recent.length };
+  }
+}
+
+/** What the gauges read when Prometheus scrapes. */
+export interface GaugeSources {
+  connections(): number;
+  subscriptions(): number;
+  writerQueue(): number;
+  verifyQueue(): number;
+  pool(): { total: number; idle: number; waiting: number };
+}
+
+export class RelayMetrics {
+  readonly registry = new Registry();
+  /** Running totals since start, for the status page's per-second rates. */
+  readonly totals = { eventsIn: 0, eventsOut: 0, reqs: 0 };
+  /** Events stored since start, by kind (every kind: the status page shows the top ones). */
+  readonly storedByKind = new Map<number, number>();
+  readonly okLatency = new LatencyWindow();
+  readonly reqLatency = new LatencyWindow();
+
+  private readonly messages: Counter<'verb'>;
+  private readonly received: Counter;
+  private readonly storedEvents: Counter<'kind'>;
+  private readonly ephemeralEvents: Counter;
+  private readonly refused: Counter<'reason'>;
+  private readonly duplicates: Counter;
+  private readonly okSeconds: Histogram;
+  private readonly reqSeconds: Histogram;
+  private readonly countSeconds: Histogram;
+  private readonly eventsSent: Counter<'source'>;
+  private readonly batchEvents: Histogram;
+  private readonly batchSeconds: Histogram;
+  private readonly failedBatches: Counter;
+  private readonly slowClients: Counter;
+  private readonly auths: Counter<'result'>;
+  private readonly rateLimited: Counter<'what'>;
+  private readonly refusedConnections: Counter<'reason'>;
+
+  constructor(sources: GaugeSources) {
+    const registers = [this.registry];
+    collectDefaultMetrics({ register: this.registry });
+    this.messages = new Counter({ name: 'nostr_client_messages_total', help: 'Messages from clients, by verb', labelNames: ['verb'], registers });
+    this.received = new Counter({ name: 'nostr_events_received_total', help: 'EVENT messages answered with OK', registers });
+    this.storedEvents = new Counter({ name: 'nostr_events_stored_total', help: 'Events newly stored, by kind (common kinds; the rest as "other")', labelNames: ['kind'], registers });
+    this.ephemeralEvents = new Counter({ name: 'nostr_events_ephemeral_total', help: 'Ephemeral events accepted and passed on', registers });
+    this.refused = new Counter({ name: 'nostr_events_refused_total', help: 'EVENTs answered OK false, by reason prefix', labelNames: ['reason'], registers });
+    this.duplicates = new Counter({ name: 'nostr_events_duplicate_total', help: 'EVENTs the relay already had', registers });
+    this.okSeconds = new Histogram({ name: 'nostr_event_ok_seconds', help: 'EVENT received to OK sent', buckets: LATENCY_BUCKETS, registers });
+    this.reqSeconds = new Histogram({ name: 'nostr_req_seconds', help: 'REQ received to EOSE sent', buckets: LATENCY_BUCKETS, registers });
+    this.countSeconds = new Histogram({ name: 'nostr_count_seconds', help: 'COUNT received to answer sent', buckets: LATENCY_BUCKETS, registers });
+    this.eventsSent = new Counter({ name: 'nostr_events_sent_total', help: 'EVENT messages sent to clients: stored answers and live deliveries', labelNames: ['source'], registers });
+    this.batchEvents = new Histogram({ name: 'pgrelay_write_batch_events', help: 'Events per write transaction', buckets: [1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500], registers });
+    this.batchSeconds = new Histogram({ name: 'pgrelay_write_batch_seconds', help: 'Write transaction time, begin to commit', buckets: LATENCY_BUCKETS, registers });
+    this.failedBatches = new Counter({ name: 'pgrelay_write_batches_failed_total', help: 'Write transactions that failed (split and retried, or refused)', registers });
+    this.slowClients = new Counter({ name: 'nostr_slow_client_disconnects_total', help: 'Connections closed because the client read too slowly', registers });
+    this.auths = new Counter({ name: 'nostr_auth_total', help: 'NIP-42 AUTH messages, by result', labelNames: ['result'], registers });
+    this.rateLimited = new Counter({ name: 'nostr_rate_limited_total', help: 'Messages refused by the rate limits, by kind of budget', labelNames: ['what'], registers });
+    this.refusedConnections = new Counter({ name: 'nostr_connections_refused_total', help: 'WebSocket upgrades refused, by reason', labelNames: ['reason'], registers });
+    const gauge = (name: string, help: string, read: () => number) =>
+      new Gauge({ name, help, registers, collect() { this.set(read()); } });
+    gauge('nostr_connections', 'Open WebSocket connections', sources.connections);
+    gauge('nostr_subscriptions', 'Open subscriptions (live REQs)', sources.subscriptions);
+    gauge('pgrelay_writer_queue_events', 'Events waiting for a write transaction', sources.writerQueue);
+    gauge('pgrelay_verify_queue_events', 'Events waiting for signature verification', sources.verifyQueue);
+    gauge('pgrelay_db_pool_connections', 'Connections in the database pool', () => sources.pool().total);
+    gauge('pgrelay_db_pool_idle', 'Idle connections in the database pool', () => sources.pool().idle);
+    gauge('pgrelay_db_pool_waiting', 'Queries waiting for a database connection', () => sources.pool().waiting);
+  }
+
+  message(verb: string): void {
+    this.messages.inc({ verb });
+    if (verb === 'REQ' || verb === 'COUNT') this.totals.reqs++;
+  }
+
+  /** An EVENT answered: its OK, and how long it took. */
+  eventAnswered(accepted: boolean, reason: string, ms: number): void {
+    this.received.inc();
+    this.okSeconds.observe(ms / 1000);
+    this.okLatency.add(ms);
+    if (!accepted) this.refused.inc({ reason: prefixOf(reason) ?? 'other' });
+    else if (reason !== '') this.duplicates.inc();
+  }
+
+  /** A committed batch's new events (from the change stream). */
+  stored(events: readonly PreparedEvent[]): void {
+    for (const p of events) {
+      const kind = p.event.kind;
+      this.storedEvents.inc({ kind: LABELLED_KINDS.has(kind) ? String(kind) : 'other' });
+      this.storedByKind.set(kind, (this.storedByKind.get(kind) ?? 0) + 1);
+    }
+    this.totals.eventsIn += events.length;
+  }
+
+  ephemeral(): void {
+    this.ephemeralEvents.inc();
+    this.totals.eventsIn++;
+  }
+
+  reqAnswered(ms: number, rows: number): void {
+    this.reqSeconds.observe(ms / 1000);
+    this.reqLatency.add(ms);
+    if (rows) this.sent('stored', rows);
+  }
+
+  countAnswered(ms: number): void {
+    this.countSeconds.observe(ms / 1000);
+  }
+
+  /** EVENT messages sent: `stored` answers to a REQ, or `live` deliveries of a fan-out. */
+  sent(source: 'stored' | 'live', n: number): void {
+    this.eventsSent.inc({ source }, n);
+    this.totals.eventsOut += n;
+  }
+
+  batch({ events, seconds, committed }: { events: number; seconds: number; committed: boolean }): void {
+    if (!committed) return this.failedBatches.inc();
+    this.batchEvents.observe(events);
+    this.batchSeconds.observe(seconds);
+  }
+
+  slowClient(): void {
+    this.slowClients.inc();
+  }
+
+  auth(accepted: boolean): void {
+    this.auths.inc({ result: accepted ? 'accepted' : 'refused' });
+  }
+
+  limited(what: 'event' | 'query'): void {
+    this.rateLimited.inc({ what });
+  }
+
+  connectionRefused(reason: 'rate' | 'cap' | 'blocked' | 'closing'): void {
+    this.refusedConnections.inc({ reason });
+  }
+}
