@@ -9,11 +9,15 @@ import { exportCommand } from './commands/export.js';
 import { importNostreamCommand } from './commands/import-nostream.js';
 import { importCommand } from './commands/import.js';
 import { migrate } from './commands/migrate.js';
+import { allowCommand, banCommand, disallowCommand, listCommand, unbanCommand } from './commands/moderation.js';
 import { pruneCommand } from './commands/prune.js';
 import { UsageError } from './commands/shared.js';
 import { statsCommand } from './commands/stats.js';
 
-const commands: Command[] = [migrate, backfillTagsCommand, importNostreamCommand, importCommand, exportCommand, pruneCommand, statsCommand];
+const commands: Command[] = [
+  migrate, backfillTagsCommand, importNostreamCommand, importCommand, exportCommand, pruneCommand, statsCommand,
+  banCommand, unbanCommand, allowCommand, disallowCommand, listCommand,
+];
 
 function usage(): string {
   const width = Math.max(...commands.map((c) => c.name.length));

@@ -32,13 +32,22 @@ afterAll(async () => {
   await rm(dir, { recursive: true, force: true });
 });
 
+const http = () => relay.url.replace(/^ws/, 'http');
+const ready = async () => (await fetch(`${http()}/ready`)).status;
+
 describe('database outage', () => {
-  it('answers error: while the database is down, keeps the socket, and recovers when it is back', async () => {
+  it('answers error: while the database is down (and /ready 503), keeps the socket, and recovers when it is back', async () => {
     const client = await TestClient.connect(relay.url);
     const alice = newSigner();
     expect(await client.publish(alice.sign({ content: 'before' }))).toEqual([true, '']);
 
+    expect(await ready()).toBe(200);
     await server.stop();
+    // A load balancer drains this relay while its database is gone.
+    const down = await fetch(`${http()}/ready`);
+    expect(down.status).toBe(503);
+    expect(await down.json()).toMatchObject({ status: 'unavailable', reason: expect.stringMatching(/^database unreachable/) });
+    expect((await fetch(`${http()}/health`)).status).toBe(200); // the process itself is alive
     const during = alice.sign({ content: 'during' });
     const [ok, reason] = await client.publish(during);
     expect(ok).toBe(false);
@@ -47,6 +56,7 @@ describe('database outage', () => {
     expect(client.closeInfo).toBeUndefined();
 
     server = await startEmbeddedPostgres(dir, server.port, log);
+    await expect.poll(() => ready(), { timeout: 10_000 }).toBe(200);
     expect(await client.publish(during)).toEqual([true, '']);
     const stored = await client.query('after', { authors: [alice.pubkey] });
     expect(stored.map((e) => e.content).sort()).toEqual(['before', 'during']);

@@ -24,8 +24,9 @@ const NO_RATE_LIMITS = {
   MAX_CONNECTIONS_PER_ADDRESS: '0',
 };
 
-export async function startTestRelay(env: Record<string, string> = {}): Promise<TestRelay> {
-  const databaseUrl = await createTestDatabase();
+/** `databaseUrl`: share another test relay's database (several relay processes on one database). */
+export async function startTestRelay(env: Record<string, string> = {}, databaseUrl?: string): Promise<TestRelay> {
+  databaseUrl ??= await createTestDatabase();
   const config = parseConfig({ PORT: '0', HOST: '127.0.0.1', LOG_LEVEL: process.env.TEST_LOG_LEVEL ?? 'silent', ...NO_RATE_LIMITS, ...env, DATABASE_URL: databaseUrl });
   const log = createLogger(config.LOG_LEVEL);
   const db = await openDatabase(config, log);

@@ -3,10 +3,9 @@ import { MAX_CHUNK_EVENTS } from '../../ops/bulk-load.js';
 import { importNostream, nostreamCheckpointName } from '../../ops/nostream/import-nostream.js';
 import { createProgress } from '../../ops/progress.js';
 import { SignatureVerifier } from '../../nostr/verifier.js';
-import { policyFrom } from '../../policy/policy.js';
 import type { Command } from '../command.js';
 import { formatImportSummary } from './import.js';
-import { formatCount, formatRate, intOption, openStore, parseOptions, refusalPrinter, stopOnSignals, UsageError } from './shared.js';
+import { formatCount, importPolicy, formatRate, intOption, openStore, parseOptions, refusalPrinter, stopOnSignals, UsageError } from './shared.js';
 
 export const importNostreamCommand: Command = {
   name: 'import-nostream',
@@ -70,7 +69,7 @@ examples:
     const stop = stopOnSignals(log);
     try {
       const result = await importNostream(source, db.pool, nostreamCheckpointName(values.from), {
-        policy: policyFrom(config),
+        policy: await importPolicy(config, db),
         verifier,
         batchSize,
         emptyTarget: values['empty-target'],

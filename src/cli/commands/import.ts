@@ -5,9 +5,8 @@ import { MAX_CHUNK_EVENTS } from '../../ops/bulk-load.js';
 import { importJsonl, type ImportJsonlResult } from '../../ops/import-jsonl.js';
 import { createProgress } from '../../ops/progress.js';
 import { SignatureVerifier } from '../../nostr/verifier.js';
-import { policyFrom } from '../../policy/policy.js';
 import type { Command } from '../command.js';
-import { formatCount, formatRate, formatReasons, intOption, openStore, parseOptions, refusalPrinter, stopOnSignals, UsageError } from './shared.js';
+import { formatCount, importPolicy, formatRate, formatReasons, intOption, openStore, parseOptions, refusalPrinter, stopOnSignals, UsageError } from './shared.js';
 
 export function formatImportSummary(r: Omit<ImportJsonlResult, 'lines' | 'complete' | 'seconds'>): string[] {
   return [
@@ -74,7 +73,7 @@ examples:
     const stop = stopOnSignals(log);
     try {
       const result = await importJsonl(db.pool, input, {
-        policy: policyFrom(config),
+        policy: await importPolicy(config, db),
         verifier,
         batchSize,
         totalBytes,

@@ -2,7 +2,10 @@
 import { parseArgs, type ParseArgsConfig } from 'node:util';
 import type { Config } from '../../config.js';
 import type { Logger } from '../../log.js';
+import { staticModeration } from '../../policy/moderation.js';
+import { policyFrom, type Policy } from '../../policy/policy.js';
 import { openDatabase, type Database } from '../../store/database.js';
+import { loadModeration } from '../../store/moderation.js';
 
 /** A bad command line: main prints the message and the command's help hint, and exits with 2. */
 export class UsageError extends Error {}
@@ -14,6 +17,11 @@ export class UsageError extends Error {}
  */
 export function openStore(config: Config, log: Logger): Promise<Database> {
   return openDatabase({ ...config, QUERY_TIMEOUT_MS: 0 }, log, { ownEmbeddedServer: false });
+}
+
+/** The relay's rules for an import, with the operator's lists as they are now (bans hold in imports too). */
+export async function importPolicy(config: Config, db: Database): Promise<Policy> {
+  return policyFrom(config, staticModeration((await loadModeration(db.pool)).lists));
 }
 
 /** node:util parseArgs, with errors turned into UsageError. */

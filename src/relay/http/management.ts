@@ -116,8 +116,9 @@ export interface ManagementOptions {
 export function managementHandler(o: ManagementOptions) {
   const admins = new Set(o.admins);
   const table = methods(o.pool);
-  // NIP-98 events already used, until they are too old to be accepted anyway: a captured header
-  // cannot be replayed on this process.
+  // NIP-98 events that already changed something, until they are too old to be accepted anyway: a
+  // captured header cannot be replayed to change something again on this process. (Reads may repeat:
+  // an admin tool refreshing a list twice in one second sends the very same event.)
   const used = new Map<string, number>();
   return async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
     const type = (req.headers['content-type'] ?? '').split(';')[0].trim().toLowerCase();
@@ -128,9 +129,6 @@ export function managementHandler(o: ManagementOptions) {
     const url = o.urlOf(req);
     const auth = checkHttpAuth({ authorization: req.headers.authorization, url: url ?? '', method: 'POST', body, now });
     if (!auth.ok) return reply(res, 401, { error: `unauthorized: ${auth.error}` });
-    for (const [id, at] of used) if (at < now - 120) used.delete(id);
-    if (used.has(auth.id)) return reply(res, 401, { error: 'unauthorized: this Authorization event was already used' });
-    used.set(auth.id, now);
     if (!admins.has(auth.pubkey))
       return reply(res, 403, { error: admins.size ? 'forbidden: this pubkey is not an admin of this relay' : 'forbidden: this relay has no admin (ADMIN_PUBKEYS)' });
 
@@ -144,6 +142,11 @@ export function managementHandler(o: ManagementOptions) {
     const method = Object.hasOwn(table, name) ? table[name] : undefined;
     if (!method) return reply(res, 200, { error: `unsupported method ${JSON.stringify(name).slice(0, 60)}` });
     const params = Array.isArray(request.params) ? request.params : [];
+    if (!READ_ONLY.has(name)) {
+      for (const [id, at] of used) if (at < now - 2 * 60) used.delete(id);
+      if (used.has(auth.id)) return reply(res, 401, { error: 'unauthorized: this Authorization event was already used' });
+      used.set(auth.id, now);
+    }
     try {
       const result = await method(params);
       if (!READ_ONLY.has(name)) {

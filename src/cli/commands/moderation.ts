@@ -1,0 +1,192 @@
+// ban / unban / allow / disallow / list: the NIP-86 management actions for an operator on the
+// machine, without a signing key (store/moderation.ts: the very same actions the API runs). Every
+// relay process on the database applies a change within a second.
+import { isAddressOrCidr } from '../../config.js';
+import { eventIdFromText, pubkeyFromText } from '../../nostr/nip19.js';
+import * as moderation from '../../store/moderation.js';
+import type { Command } from '../command.js';
+import { formatCount, openStore, parseOptions, UsageError } from './shared.js';
+
+const KEY_INPUT = 'a pubkey (64 hex, npub, nprofile or nsec)';
+const ID_INPUT = 'an event id (64 hex, note or nevent)';
+
+function pubkeyArg(value: string | undefined): string {
+  const pk = value === undefined ? undefined : pubkeyFromText(value);
+  if (!pk) throw new UsageError(`expected ${KEY_INPUT}, got ${JSON.stringify(value ?? '')}`);
+  return pk;
+}
+
+function eventArg(value: string | undefined): string {
+  const id = value === undefined ? undefined : eventIdFromText(value);
+  if (!id) throw new UsageError(`expected ${ID_INPUT}, got ${JSON.stringify(value ?? '')}`);
+  return id;
+}
+
+function ipArg(value: string | undefined): string {
+  if (value === undefined || !isAddressOrCidr(value)) throw new UsageError(`expected an IP address or a CIDR block, got ${JSON.stringify(value ?? '')}`);
+  return value;
+}
+
+function kindArg(value: string | undefined): number {
+  if (value === undefined || !/^\d{1,5}$/.test(value) || Number(value) > 65535) throw new UsageError(`expected a kind from 0 to 65535, got ${JSON.stringify(value ?? '')}`);
+  return Number(value);
+}
+
+const FOOTER = `Every relay process on the same database applies a change within a second. The same
+actions are the NIP-86 management API's (POST to the relay's URL, authenticated by ADMIN_PUBKEYS).`;
+
+export const banCommand: Command = {
+  name: 'ban',
+  summary: 'ban a pubkey, an event or an IP address (NIP-86 banpubkey, banevent, blockip)',
+  help: `usage: npm run cli -- ban pubkey <pubkey> [--reason TEXT] [--purge]
+       npm run cli -- ban event <id> [--reason TEXT]
+       npm run cli -- ban ip <address or CIDR> [--reason TEXT]
+
+pubkey  the key's new events are refused with "blocked:" (also by imports); <pubkey> is
+        ${KEY_INPUT}. --purge also deletes every event of that key already stored.
+event   the event is deleted from the store and refused with "blocked:" if sent again.
+ip      new connections from it are refused (HTTP 403) and its open ones are closed. A CIDR
+        block (10.0.0.0/8, 2001:db8::/32) blocks every address in it.
+
+${FOOTER}`,
+  async run(args, { config, log }) {
+    const { values, positionals } = parseOptions(args, { reason: { type: 'string' }, purge: { type: 'boolean', default: false } }, true);
+    const [what, value, extra] = positionals;
+    if (extra !== undefined || !['pubkey', 'event', 'ip'].includes(what ?? '')) throw new UsageError('usage: ban pubkey|event|ip <value> [--reason TEXT]');
+    if (values.purge && what !== 'pubkey') throw new UsageError('--purge goes with ban pubkey');
+    const db = await openStore(config, log);
+    try {
+      if (what === 'pubkey') {
+        const pk = pubkeyArg(value);
+        await moderation.banPubkey(db.pool, pk, values.reason);
+        console.log(`banned pubkey ${pk}`);
+        if (values.purge) console.log(`purged ${formatCount(await moderation.purgePubkey(db.pool, pk))} stored events of it`);
+      } else if (what === 'event') {
+        const id = eventArg(value);
+        const { removed } = await moderation.banEvent(db.pool, id, values.reason);
+        console.log(`banned event ${id}${removed ? ' (removed from the store)' : ' (it was not stored)'}`);
+      } else {
+        await moderation.blockIp(db.pool, ipArg(value), values.reason);
+        console.log(`blocked ${value}`);
+      }
+      return 0;
+    } finally {
+      await db.close();
+    }
+  },
+};
+
+export const unbanCommand: Command = {
+  name: 'unban',
+  summary: 'lift a ban on a pubkey, an event or an IP address',
+  help: `usage: npm run cli -- unban pubkey|event|ip <value>
+
+Lifts the ban (purged events stay deleted: they can be published again). Exits 1 when there was
+no such ban.
+
+${FOOTER}`,
+  async run(args, { config, log }) {
+    const { positionals } = parseOptions(args, {}, true);
+    const [what, value, extra] = positionals;
+    if (extra !== undefined || !['pubkey', 'event', 'ip'].includes(what ?? '')) throw new UsageError('usage: unban pubkey|event|ip <value>');
+    const db = await openStore(config, log);
+    try {
+      const lifted =
+        what === 'pubkey'
+          ? await moderation.unbanPubkey(db.pool, pubkeyArg(value))
+          : what === 'event'
+            ? await moderation.unbanEvent(db.pool, eventArg(value))
+            : await moderation.unblockIp(db.pool, ipArg(value));
+      console.log(lifted ? `unbanned ${what} ${value}` : `no ban on ${what} ${value}`);
+      return lifted ? 0 : 1;
+    } finally {
+      await db.close();
+    }
+  },
+};
+
+export const allowCommand: Command = {
+  name: 'allow',
+  summary: 'add a pubkey or a kind to an allow list (a private relay; NIP-86 allowpubkey, allowkind)',
+  help: `usage: npm run cli -- allow pubkey <pubkey> [--reason TEXT]
+       npm run cli -- allow kind <kind>
+
+pubkey  once the list is not empty, the relay accepts events only from its pubkeys (and gift
+        wraps addressed to them); others get "restricted:". <pubkey> is ${KEY_INPUT}.
+kind    once the list is not empty, the relay accepts only these kinds; others get "blocked:".
+
+${FOOTER}`,
+  async run(args, { config, log }) {
+    const { values, positionals } = parseOptions(args, { reason: { type: 'string' } }, true);
+    const [what, value, extra] = positionals;
+    if (extra !== undefined || !['pubkey', 'kind'].includes(what ?? '')) throw new UsageError('usage: allow pubkey|kind <value>');
+    const db = await openStore(config, log);
+    try {
+      if (what === 'pubkey') await moderation.allowPubkey(db.pool, pubkeyArg(value), values.reason);
+      else await moderation.allowKind(db.pool, kindArg(value));
+      console.log(`allowed ${what} ${value}`);
+      return 0;
+    } finally {
+      await db.close();
+    }
+  },
+};
+
+export const disallowCommand: Command = {
+  name: 'disallow',
+  summary: 'remove a pubkey or a kind from its allow list (NIP-86 unallowpubkey, disallowkind)',
+  help: `usage: npm run cli -- disallow pubkey|kind <value>
+
+Exits 1 when it was not on the list. An empty list allows everyone (every kind) again.
+
+${FOOTER}`,
+  async run(args, { config, log }) {
+    const { positionals } = parseOptions(args, {}, true);
+    const [what, value, extra] = positionals;
+    if (extra !== undefined || !['pubkey', 'kind'].includes(what ?? '')) throw new UsageError('usage: disallow pubkey|kind <value>');
+    const db = await openStore(config, log);
+    try {
+      const removed = what === 'pubkey' ? await moderation.unallowPubkey(db.pool, pubkeyArg(value)) : await moderation.disallowKind(db.pool, kindArg(value));
+      console.log(removed ? `disallowed ${what} ${value}` : `${what} ${value} was not allowed`);
+      return removed ? 0 : 1;
+    } finally {
+      await db.close();
+    }
+  },
+};
+
+const LISTS = ['banned-pubkeys', 'allowed-pubkeys', 'banned-events', 'allowed-kinds', 'blocked-ips'] as const;
+
+export const listCommand: Command = {
+  name: 'list',
+  summary: 'show the bans and allow lists',
+  help: `usage: npm run cli -- list [${LISTS.join('|')}] [--json]
+
+Without a list name, every list. One entry per line, with its reason.`,
+  async run(args, { config, log }) {
+    const { values, positionals } = parseOptions(args, { json: { type: 'boolean', default: false } }, true);
+    const wanted = positionals.length ? positionals : [...LISTS];
+    for (const name of wanted) if (!(LISTS as readonly string[]).includes(name)) throw new UsageError(`unknown list "${name}": ${LISTS.join(', ')}`);
+    const db = await openStore(config, log);
+    try {
+      const read: Record<(typeof LISTS)[number], () => Promise<Array<{ key: string; reason: string | null }> | number[]>> = {
+        'banned-pubkeys': () => moderation.list.bannedPubkeys(db.pool),
+        'allowed-pubkeys': () => moderation.list.allowedPubkeys(db.pool),
+        'banned-events': () => moderation.list.bannedEvents(db.pool),
+        'allowed-kinds': () => moderation.list.allowedKinds(db.pool),
+        'blocked-ips': () => moderation.list.blockedIps(db.pool),
+      };
+      const out: Record<string, unknown> = {};
+      for (const name of wanted as Array<(typeof LISTS)[number]>) out[name] = await read[name]();
+      if (values.json) console.log(JSON.stringify(out, null, 2));
+      else
+        for (const [name, entries] of Object.entries(out) as Array<[string, Array<{ key: string; reason: string | null } | number>]>) {
+          console.log(`${name} (${entries.length})`);
+          for (const e of entries) console.log(typeof e === 'number' ? `  ${e}` : `  ${e.key}${e.reason ? `  ${e.reason}` : ''}`);
+        }
+      return 0;
+    } finally {
+      await db.close();
+    }
+  },
+};
