@@ -15,6 +15,7 @@ WORKDIR /app
 COPY package.json package-lock.json ./
 RUN npm ci --omit=dev && npm cache clean --force
 COPY --from=build /app/dist ./dist
+COPY assets ./assets
 # Without DATABASE_URL the embedded PostgreSQL keeps its data here; it runs as the `node` user.
 RUN mkdir -p /data && chown node:node /data
 VOLUME /data
