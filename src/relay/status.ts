@@ -41,9 +41,12 @@ export class StatusSampler {
     const readDatabase = async () => {
       try {
         // The estimate PostgreSQL keeps (ANALYZE, autovacuum): a count(*) would scan millions of rows.
+        // A table never analyzed yet (-1) is young and small: counted, up to 100,000 rows.
         const { rows } = await this.s.pool.query<{ size: string; events: string }>(
           `SELECT pg_database_size(current_database()) AS size,
-                  greatest(coalesce((SELECT reltuples FROM pg_class WHERE oid = 'events'::regclass), 0), 0)::bigint AS events`,
+                  CASE WHEN e.reltuples >= 0 THEN e.reltuples::bigint
+                       ELSE (SELECT count(*) FROM (SELECT 1 FROM events LIMIT 100000) n) END AS events
+             FROM pg_class e WHERE e.oid = 'events'::regclass`,
         );
         this.database = { sizeBytes: Number(rows[0].size), events: Number(rows[0].events) };
       } catch (err) {

@@ -36,7 +36,8 @@ function sendFile(res: ServerResponse, file: string): void {
 
 /** The page itself, for the relay endpoint's GET from a browser. */
 export const statusPageHandler: HttpHandler = (_req, res) => {
-  res.setHeader('Content-Security-Policy', "default-src 'self'; img-src 'self' https: http: data:; style-src 'self' 'unsafe-inline'; connect-src 'self'");
+  // The page loads only its own files; the operator's icon (NIP-11 `icon`) may be anywhere on the web.
+  res.setHeader('Content-Security-Policy', "default-src 'self'; img-src 'self' https: http: data:; connect-src 'self'; frame-ancestors 'none'");
   sendFile(res, path.join(ASSETS, 'index.html'));
 };
 
