@@ -110,6 +110,7 @@ export class RelayMetrics {
     gauge('pgrelay_verify_queue_events', 'Events waiting for signature verification', sources.verifyQueue);
     gauge('pgrelay_db_pool_connections', 'Connections in the database pool', () => sources.pool().total);
     gauge('pgrelay_db_pool_idle', 'Idle connections in the database pool', () => sources.pool().idle);
+    gauge('pgrelay_db_pool_in_use', 'Database pool connections running a query or transaction', () => sources.pool().total - sources.pool().idle);
     gauge('pgrelay_db_pool_waiting', 'Queries waiting for a database connection', () => sources.pool().waiting);
   }
 

@@ -42,7 +42,7 @@ describe('/metrics', () => {
       'nostr_client_messages_total', 'nostr_events_received_total', 'nostr_events_stored_total', 'nostr_events_refused_total',
       'nostr_events_duplicate_total', 'nostr_req_seconds', 'nostr_count_seconds', 'nostr_event_ok_seconds', 'pgrelay_write_batch_events',
       'pgrelay_write_batch_seconds', 'pgrelay_writer_queue_events', 'pgrelay_verify_queue_events', 'nostr_connections', 'nostr_subscriptions',
-      'nostr_events_sent_total', 'pgrelay_db_pool_connections', 'pgrelay_db_pool_waiting', 'nostr_slow_client_disconnects_total', 'nostr_auth_total',
+      'nostr_events_sent_total', 'pgrelay_db_pool_connections', 'pgrelay_db_pool_in_use', 'pgrelay_db_pool_waiting', 'nostr_slow_client_disconnects_total', 'nostr_auth_total',
       'process_cpu_seconds_total', 'nodejs_heap_size_used_bytes',
     ])
       expect(names).toContain(name);
