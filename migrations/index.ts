@@ -4,6 +4,7 @@ import type { Knex } from 'knex';
 import * as events from './20261122000001_events.js';
 import * as opsCheckpoints from './20261201000001_ops_checkpoints.js';
 import * as moderation from './20261224000001_moderation.js';
+import * as liveFeed from './20261226000001_live_feed.js';
 
 export interface Migration {
   up(knex: Knex): Promise<void>;
@@ -14,4 +15,5 @@ export const migrations: Record<string, Migration> = {
   '20261122000001_events': events,
   '20261201000001_ops_checkpoints': opsCheckpoints,
   '20261224000001_moderation': moderation,
+  '20261226000001_live_feed': liveFeed,
 };

@@ -45,13 +45,20 @@ const exemptList = z
   .refine((v) => items(v).every((x) => /^[0-9a-f]{64}$/.test(x) || isAddressOrCidr(x)), 'comma-separated hex pubkeys, IP addresses or CIDR blocks')
   .transform(items);
 
+const postgresUrl = z.url({ protocol: /^postgres(ql)?$/ });
+const urlList = z
+  .string()
+  .optional()
+  .refine((v) => items(v).every((x) => postgresUrl.safeParse(x).success), 'comma-separated postgres:// URLs')
+  .transform(items);
+
 const schema = z.object({
   HOST: z.string().min(1).default('127.0.0.1'),
   PORT: int(0, 65535).default(8008),
   LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
 
   // Database: an external server, or an embedded PostgreSQL kept in DATA_DIR.
-  DATABASE_URL: optionalText.pipe(z.url({ protocol: /^postgres(ql)?$/ }).optional()),
+  DATABASE_URL: optionalText.pipe(postgresUrl.optional()),
   DATA_DIR: z.string().min(1).default('./data'),
   EMBEDDED_PG_PORT: int(0, 65535).default(0),
   DB_POOL_SIZE: int(1, 500).default(16),
@@ -118,6 +125,12 @@ const schema = z.object({
   ADMIN_PUBKEYS: pubkeyList,
   METRICS_TOKEN: optionalText.pipe(z.string().min(16, 'at least 16 characters').optional()),
   STATUS_PAGE: bool.default(true),
+
+  // Scale-out (docs/scaling.md): processes on this host, read replicas.
+  WORKERS: z.union([z.literal('auto'), int(1, 256)]).default(1),
+  READ_DATABASE_URL: urlList,
+  READ_REPLICA_MAX_LAG_MS: int(0).default(5000),
+  READ_REPLICA_WAIT_MS: int(0, 10_000).default(50),
 });
 
 export type Config = z.infer<typeof schema>;

@@ -1,4 +1,7 @@
-// `npm start`: configuration → database (embedded or DATABASE_URL) with migrations → relay.
+// `npm start`: configuration → database (embedded or DATABASE_URL) with migrations → relay; or, with
+// WORKERS above 1, the same in each worker process under a primary that owns the database (cluster.ts).
+import cluster from 'node:cluster';
+import { reportListening, runPrimary, workerCount } from './cluster.js';
 import { ConfigError, loadConfig } from './config.js';
 import { createLogger } from './log.js';
 import { openDatabase } from './store/database.js';
@@ -15,13 +18,15 @@ async function main(): Promise<void> {
     }
     throw err;
   }
-  const log = createLogger(config.LOG_LEVEL);
+  const log = cluster.isWorker ? createLogger(config.LOG_LEVEL).child({ worker: cluster.worker!.id }) : createLogger(config.LOG_LEVEL);
   // A safety net: no client input is meant to reach these, and the relay keeps serving if it does.
   process.on('unhandledRejection', (err) => log.error({ err: String(err) }, 'unhandled rejection'));
   process.on('uncaughtException', (err) => log.error({ err: err.message, stack: err.stack }, 'uncaught exception'));
 
+  if (cluster.isPrimary && workerCount(config) > 1) return runPrimary(config, log);
   const db = await openDatabase(config, log);
-  const relay = await startRelay(config, db.pool, log);
+  const relay = await startRelay(config, db, log);
+  reportListening(relay.url);
 
   let stopping = false;
   const shutdown = async (signal: string) => {

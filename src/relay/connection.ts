@@ -12,6 +12,7 @@ import { checkAuthEvent, MAX_AUTHENTICATED_PUBKEYS } from '../policy/auth.js';
 import { checkRead } from '../policy/policy.js';
 import type { Session } from '../policy/session.js';
 import { hasSqlState, isPoolExhausted, SQLSTATE } from '../store/pg-errors.js';
+import type { ChangeFeed } from '../store/feed.js';
 import { countEvents, streamEvents } from '../store/read.js';
 import { nowSeconds, type RelayContext } from './context.js';
 import { ingestEvent } from './ingest.js';
@@ -49,6 +50,8 @@ class Subscription implements Subscriber {
   closed = false;
   private stored: Set<string> | undefined = new Set(); // ids sent before EOSE, to skip them if queued
   private queued: Array<{ id: string; raw: string }> = [];
+  /** After EOSE, the ids sent as stored until the feed has read past the query (see goLive). */
+  private recent: Set<string> | undefined;
 
   constructor(
     readonly id: string,
@@ -56,7 +59,7 @@ class Subscription implements Subscriber {
   ) {}
 
   deliver(id: string, raw: string): void {
-    if (this.closed) return;
+    if (this.closed || this.recent?.has(id)) return;
     if (this.stored) this.queued.push({ id, raw });
     else this.connection.send(eventMessage(this.id, raw));
   }
@@ -66,13 +69,20 @@ class Subscription implements Subscriber {
     this.connection.send(eventMessage(this.id, raw));
   }
 
-  /** EOSE, then whatever went live meanwhile and was not already among the stored events. */
-  goLive(): void {
+  /**
+   * EOSE, then whatever went live meanwhile and was not already among the stored events. Another
+   * process's event can be in the query's answer and still be on its way through the feed
+   * (store/feed.ts): its ids stay here until a feed read that starts now has finished.
+   */
+  goLive(feed: ChangeFeed): void {
     const stored = this.stored!;
     this.stored = undefined;
     this.connection.send(eoseMessage(this.id));
     for (const { id, raw } of this.queued) if (!stored.has(id)) this.connection.send(eventMessage(this.id, raw));
     this.queued = [];
+    if (stored.size === 0) return;
+    this.recent = stored;
+    feed.afterNextRead(() => (this.recent = undefined));
   }
 }
 
@@ -319,7 +329,9 @@ export class Connection {
     const started = performance.now();
     let rowsSent = 0;
     try {
-      await streamEvents(this.ctx.pool, filters, nowSeconds(), async (rows) => {
+      const { pool, target } = await this.ctx.reads.route(); // after add(): see store/replicas.ts
+      this.ctx.metrics.read(target);
+      await streamEvents(pool, filters, nowSeconds(), async (rows) => {
         for (const row of rows) {
           // Drain before each event, not each batch: a batch of large events (256 × up to
           // maxMessageBytes) can exceed maxBufferedBytes and cut off a client that is reading.
@@ -339,7 +351,7 @@ export class Connection {
       return this.send(closedMessage(subId, failure.reason));
     }
     if (sub.closed) return;
-    sub.goLive();
+    sub.goLive(this.ctx.feed);
     this.ctx.metrics.reqAnswered(performance.now() - started, rowsSent);
   }
 
@@ -349,7 +361,9 @@ export class Connection {
     if (!filters) return;
     const started = performance.now();
     try {
-      this.send(countMessage(subId, await countEvents(this.ctx.pool, filters, nowSeconds())));
+      const { pool, target } = await this.ctx.reads.route();
+      this.ctx.metrics.read(target);
+      this.send(countMessage(subId, await countEvents(pool, filters, nowSeconds())));
       this.ctx.metrics.countAnswered(performance.now() - started);
     } catch (err) {
       this.send(closedMessage(subId, queryFailure(err, 'count').reason));

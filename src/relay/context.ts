@@ -5,6 +5,8 @@ import type { SignatureVerifier } from '../nostr/verifier.js';
 import type { Limits } from '../policy/limits.js';
 import type { Policy } from '../policy/policy.js';
 import type { ChangeStream } from '../store/changes.js';
+import type { ChangeFeed } from '../store/feed.js';
+import type { ReadRouter } from '../store/replicas.js';
 import type { EventWriter } from '../store/writer.js';
 import type { RelayMetrics } from './metrics.js';
 import type { RateLimiter } from './rate-limit.js';
@@ -26,6 +28,10 @@ export interface RelayContext {
   limiter: RateLimiter;
   /** What each committed batch stored, and the ephemeral events: fan-out and metrics listen. */
   changes: ChangeStream;
+  /** Other writers' commits and other processes' ephemeral events (store/feed.ts). */
+  feed: ChangeFeed;
+  /** Where a REQ's or COUNT's stored part runs: a read replica or the primary (store/replicas.ts). */
+  reads: ReadRouter;
   metrics: RelayMetrics;
   closing: boolean;
 }

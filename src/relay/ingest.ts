@@ -30,7 +30,7 @@ export async function ingestEvent(ctx: RelayContext, session: Session, input: un
 
   const prepared = prepareEvent(event);
   if (isEphemeral(event.kind)) {
-    ctx.changes.publish({ type: 'ephemeral', event: prepared });
+    ctx.changes.publish({ type: 'ephemeral', event: prepared, source: 'local' });
     return { id: event.id, accepted: true, reason: '' };
   }
   if (ctx.closing) return refuse(reason.error('relay is shutting down, try again later'));

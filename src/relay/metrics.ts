@@ -81,6 +81,8 @@ export class RelayMetrics {
   private readonly auths: Counter<'result'>;
   private readonly rateLimited: Counter<'what'>;
   private readonly refusedConnections: Counter<'reason'>;
+  private readonly reads: Counter<'database'>;
+  private readonly feedEvents: Counter<'type'>;
 
   constructor(sources: GaugeSources) {
     const registers = [this.registry];
@@ -102,6 +104,8 @@ export class RelayMetrics {
     this.auths = new Counter({ name: 'nostr_auth_total', help: 'NIP-42 AUTH messages, by result', labelNames: ['result'], registers });
     this.rateLimited = new Counter({ name: 'nostr_rate_limited_total', help: 'Messages refused by the rate limits, by kind of budget', labelNames: ['what'], registers });
     this.refusedConnections = new Counter({ name: 'nostr_connections_refused_total', help: 'WebSocket upgrades refused, by reason', labelNames: ['reason'], registers });
+    this.reads = new Counter({ name: 'pgrelay_read_queries_total', help: 'REQ and COUNT queries, by the database that ran them', labelNames: ['database'], registers });
+    this.feedEvents = new Counter({ name: 'pgrelay_feed_events_total', help: 'Events learnt from other writers through the database (other processes, hosts, imports)', labelNames: ['type'], registers });
     const gauge = (name: string, help: string, read: () => number) =>
       new Gauge({ name, help, registers, collect() { this.set(read()); } });
     gauge('nostr_connections', 'Open WebSocket connections', sources.connections);
@@ -163,6 +167,16 @@ export class RelayMetrics {
     if (!committed) return this.failedBatches.inc();
     this.batchEvents.observe(events);
     this.batchSeconds.observe(seconds);
+  }
+
+  /** Where a REQ's or COUNT's stored part ran (READ_DATABASE_URL). */
+  read(database: 'primary' | 'replica'): void {
+    this.reads.inc({ database });
+  }
+
+  /** A change another writer committed, as the live feed announced it. */
+  remote(type: 'stored' | 'ephemeral', n: number): void {
+    this.feedEvents.inc({ type }, n);
   }
 
   slowClient(): void {

@@ -2,6 +2,7 @@
 // port, plain or TLS (tls.ts); who each client is (client-address.ts) and how much it may do
 // (rate-limit.ts), decided at the upgrade; heartbeats, the expiry and retention sweeps, and an
 // orderly shutdown that answers every in-flight write before closing sockets.
+import cluster from 'node:cluster';
 import type { IncomingMessage } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Duplex } from 'node:stream';
@@ -16,6 +17,9 @@ import { relayIdentity } from '../policy/auth.js';
 import { policyFrom } from '../policy/policy.js';
 import type { ModerationLists } from '../policy/moderation.js';
 import { ChangeStream } from '../store/changes.js';
+import { createPool } from '../store/database.js';
+import { ChangeFeed } from '../store/feed.js';
+import { ReadRouter } from '../store/replicas.js';
 import { deleteExpiredEvents } from '../store/expiry.js';
 import { ModerationWatch } from '../store/moderation.js';
 import { startRetention } from '../store/retention.js';
@@ -87,7 +91,14 @@ function refuseUpgrade(socket: Duplex, status: number, text: string, why: string
   );
 }
 
-export async function startRelay(config: Config, pool: pg.Pool, log: Logger): Promise<RelayServer> {
+/** The primary database: its pool, and its URL for the feed's own LISTEN connection. */
+export interface PrimaryDatabase {
+  pool: pg.Pool;
+  url: string;
+}
+
+export async function startRelay(config: Config, db: PrimaryDatabase, log: Logger): Promise<RelayServer> {
+  const { pool } = db;
   // The operator's lists, watched so that a change made by any process applies here within a second.
   const moderation = await new ModerationWatch(pool, log).start();
   const policy = policyFrom(config, moderation);
@@ -103,11 +114,21 @@ export async function startRelay(config: Config, pool: pg.Pool, log: Logger): Pr
     verifyQueue: () => verifier.queued,
     pool: () => ({ total: pool.totalCount, idle: pool.idleCount, waiting: pool.waitingCount }),
   });
+  // What other processes, hosts and imports commit reaches this change stream too (store/feed.ts).
+  const feed = await new ChangeFeed(db.url, pool, changes, log).start();
+  const reads = await new ReadRouter(
+    pool,
+    config.READ_DATABASE_URL.map((url) => ({ url, pool: createPool(url, config, log) })),
+    () => changes.position,
+    { maxLagMs: config.READ_REPLICA_MAX_LAG_MS, waitMs: config.READ_REPLICA_WAIT_MS },
+    log,
+  ).start();
   const writer = new EventWriter(pool, log, {
     maxBatch: config.WRITE_BATCH_SIZE,
     maxQueue: config.WRITE_QUEUE_MAX,
     concurrency: config.WRITE_CONCURRENCY,
     changes,
+    own: feed,
     onBatch: (batch) => metrics.batch(batch),
   });
   const ctx: RelayContext = {
@@ -121,12 +142,18 @@ export async function startRelay(config: Config, pool: pg.Pool, log: Logger): Pr
     writer,
     limiter: new RateLimiter(rateLimitsFrom(config)),
     changes,
+    feed,
+    reads,
     metrics,
     closing: false,
   };
   // Everything downstream of a commit listens to the change stream.
   changes.subscribe((change) => metrics.sent('live', fanOut(subscriptions, change)));
-  changes.subscribe((change) => (change.type === 'stored' ? metrics.stored(change.events) : metrics.ephemeral()));
+  changes.subscribe((change) => {
+    if (change.source === 'remote') metrics.remote(change.type, change.type === 'stored' ? change.events.length : 1);
+    else if (change.type === 'stored') metrics.stored(change.events);
+    else metrics.ephemeral();
+  });
   const proxies = trustedProxies(config.TRUSTED_PROXIES, config.TRUST_PROXY);
   if (config.TRUST_PROXY)
     log.warn('TRUST_PROXY is deprecated and will be removed: it now trusts X-Forwarded-For from loopback peers only; set TRUSTED_PROXIES instead (e.g. 127.0.0.1/32)');
@@ -162,6 +189,8 @@ export async function startRelay(config: Config, pool: pg.Pool, log: Logger): Pr
   // The frame cap is above the announced limit so an oversized message still gets a NIP-01 reply;
   // beyond it ws closes the connection (1009) without buffering the rest.
   const wss = new WebSocketServer({ noServer: true, maxPayload: limits.maxMessageBytes * 2, perMessageDeflate: false });
+  // Under WORKERS, which process took a connection (tests and benchmarks tell the workers apart).
+  if (cluster.isWorker) wss.on('headers', (headers) => headers.push(`X-Relay-Process: ${process.pid}`));
   const alive = new WeakSet<WebSocket>();
   let warnedForwarded = false;
   // Blocked addresses (NIP-86 blockip): refused at the upgrade, and closed when they are blocked.
@@ -252,7 +281,7 @@ export async function startRelay(config: Config, pool: pg.Pool, log: Logger): Pr
   const { port } = http.address() as AddressInfo;
   const host = config.HOST.includes(':') ? `[${config.HOST}]` : config.HOST;
   const url = `${listening.scheme}://${host}:${port}`;
-  log.info({ url }, 'relay listening');
+  log.info({ url }, cluster.isWorker ? 'worker listening' : 'relay listening');
 
   return {
     url,
@@ -282,6 +311,8 @@ export async function startRelay(config: Config, pool: pg.Pool, log: Logger): Pr
       await Promise.race([stopped, deadline]);
       for (const ws of connections.keys()) ws.terminate();
       await ctx.verifier.close();
+      await feed.stop();
+      await reads.stop();
       const { batches, events, failedBatches } = ctx.writer.stats;
       log.info({ writer: { batches, events, failedBatches, meanBatch: batches ? events / batches : 0 } }, 'relay stopped');
     },

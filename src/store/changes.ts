@@ -1,21 +1,41 @@
 // One stream of committed changes: what each committed write stored, in commit order, and the
-// ephemeral events the relay passes on without storing. Live fan-out and metrics subscribe to it
-// (cross-process delivery, webhooks and caches will too); nothing else calls fan-out directly.
+// ephemeral events the relay passes on without storing. Live fan-out and metrics subscribe to it;
+// so do the cross-process feed (feed.ts: it sends this process's ephemeral events to the others and
+// announces here what other processes and hosts committed) and the replica router (its position).
+// Nothing else calls fan-out directly.
 import type { PreparedEvent } from './prepared-event.js';
+
+/** `local`: written or accepted by this process; `remote`: learnt from the database (feed.ts). */
+export type ChangeSource = 'local' | 'remote';
 
 export type Change =
   /** The events one committed transaction newly stored, in arrival order: no duplicate, nothing it
    * refused, replaced or deleted itself. */
-  | { type: 'stored'; events: PreparedEvent[] }
+  | { type: 'stored'; events: PreparedEvent[]; source: ChangeSource }
   /** An ephemeral event (NIP-01 kinds 20000-29999): accepted, never stored, passed on once. */
-  | { type: 'ephemeral'; event: PreparedEvent };
+  | { type: 'ephemeral'; event: PreparedEvent; source: ChangeSource };
 
 export type ChangeListener = (change: Change) => void;
 
 export class ChangeStream {
   private readonly listeners = new Set<ChangeListener>();
+  private announced = 0n;
 
   constructor(private readonly onError: (err: unknown) => void = () => undefined) {}
+
+  /**
+   * The WAL position (store/lsn.ts) up to which every committed event has been announced here, or
+   * will be by a publish already called: a read replica that has replayed this far, together with
+   * the live stream from now on, misses nothing (replicas.ts). 0n until a write or a feed read.
+   */
+  get position(): bigint {
+    return this.announced;
+  }
+
+  /** Moves the position forward (never back); called as soon as a commit or a feed read is known. */
+  advance(lsn: bigint): void {
+    if (lsn > this.announced) this.announced = lsn;
+  }
 
   /** Returns the function that unsubscribes. */
   subscribe(listener: ChangeListener): () => void {

@@ -5,6 +5,7 @@
 import type pg from 'pg';
 import { KIND_DELETION, KIND_GIFT_WRAP, KIND_VANISH } from '../nostr/kinds.js';
 import { addressKey, addressOf, deletionTargets, planBatch, type BatchPlan, type DeletionRequest, type StoredFacts } from './plan-batch.js';
+import { lsnValue } from './lsn.js';
 import type { PreparedEvent, WriteResult } from './prepared-event.js';
 
 const hex = (s: string) => Buffer.from(s, 'hex');
@@ -145,9 +146,12 @@ export async function applyDeletions(client: pg.PoolClient, deletions: DeletionR
   }
 }
 
-/** Inserts the events and their tag rows in one statement; returns the ids actually inserted. */
-async function insertRows(client: pg.PoolClient, inserts: PreparedEvent[]): Promise<Set<string>> {
-  if (inserts.length === 0) return new Set();
+/**
+ * Inserts the events and their tag rows in one statement; returns the ids actually inserted and the
+ * transaction's id (the `txid` the rows carry: feed.ts), when it inserted any.
+ */
+async function insertRows(client: pg.PoolClient, inserts: PreparedEvent[]): Promise<{ ids: Set<string>; txid?: string }> {
+  if (inserts.length === 0) return { ids: new Set() };
   const eventIds: Buffer[] = [], names: string[] = [], values: string[] = [], kinds: number[] = [], times: number[] = [];
   for (const p of inserts) {
     const id = hex(p.event.id);
@@ -159,7 +163,7 @@ async function insertRows(client: pg.PoolClient, inserts: PreparedEvent[]): Prom
       times.push(p.event.created_at);
     }
   }
-  const { rows } = await client.query<{ id: string }>(
+  const { rows } = await client.query<{ id: string; txid: string }>(
     `WITH inserted AS (
        INSERT INTO events (id, pubkey, kind, created_at, d_tag, expires_at, raw)
        SELECT * FROM unnest($1::bytea[], $2::bytea[], $3::int[], $4::bigint[], $5::text[], $6::bigint[], $7::text[])
@@ -169,7 +173,7 @@ async function insertRows(client: pg.PoolClient, inserts: PreparedEvent[]): Prom
        SELECT * FROM unnest($8::bytea[], $9::text[], $10::text[], $11::int[], $12::bigint[]) AS t(event_id, name, value, kind, created_at)
        WHERE t.event_id IN (SELECT id FROM inserted)
      )
-     SELECT encode(id, 'hex') AS id FROM inserted`,
+     SELECT encode(id, 'hex') AS id, pg_current_xact_id()::text AS txid FROM inserted`,
     [
       inserts.map((p) => hex(p.event.id)),
       inserts.map((p) => hex(p.event.pubkey)),
@@ -185,7 +189,7 @@ async function insertRows(client: pg.PoolClient, inserts: PreparedEvent[]): Prom
       times,
     ],
   );
-  return new Set(rows.map((r) => r.id));
+  return { ids: new Set(rows.map((r) => r.id)), txid: rows[0]?.txid };
 }
 
 /** A committed batch: each event's outcome, in batch order, and the events it newly stored. */
@@ -193,25 +197,50 @@ export interface WrittenBatch {
   results: WriteResult[];
   /** In arrival order; an event the batch stored and then replaced or deleted itself is not here. */
   stored: PreparedEvent[];
+  /** The WAL position just after the commit (lsn.ts): a replica that has replayed it has the batch. */
+  lsn: bigint;
+}
+
+/**
+ * The writer's own transactions, for the cross-process feed (feed.ts), which must not announce again
+ * what this process announces itself: told the transaction's id before COMMIT, and told again if the
+ * commit fails (then the feed delivers whatever the database says was committed after all).
+ */
+export interface OwnTransactions {
+  claim(txid: string): void;
+  release(txid: string): void;
 }
 
 /** Writes a batch atomically and says what it stored. Database errors reject the whole batch. */
-export async function writeBatchStored(pool: pg.Pool, batch: PreparedEvent[]): Promise<WrittenBatch> {
-  if (batch.length === 0) return { results: [], stored: [] };
-  return withTransaction(pool, async (client) => {
+export async function writeBatchStored(pool: pg.Pool, batch: PreparedEvent[], own?: OwnTransactions): Promise<WrittenBatch> {
+  if (batch.length === 0) return { results: [], stored: [], lsn: 0n };
+  const client = await pool.connect();
+  let txid: string | undefined;
+  try {
+    await client.query('BEGIN');
     await takeLocks(client, batch);
     const plan = planBatch(batch, await readFacts(client, batch));
     await deleteReplaced(client, plan);
     const inserted = await insertRows(client, plan.inserts);
     await applyDeletions(client, plan.deletions);
+    txid = inserted.txid;
+    if (txid) own?.claim(txid);
+    // The commit and the WAL position after it in one round trip (a simple-protocol query string).
+    const [, position] = (await client.query('COMMIT; SELECT pg_current_wal_insert_lsn()::text AS lsn')) as unknown as pg.QueryResult[];
     // Every planned id is locked, so none can appear meanwhile; were one to, it is a duplicate.
     const planned = new Set(plan.inserts.map((p) => p.event.id));
     const results = plan.results.map((r, i): WriteResult => {
       const id = batch[i].event.id;
-      return r.status === 'stored' && planned.has(id) && !inserted.has(id) ? { status: 'duplicate' } : r;
+      return r.status === 'stored' && planned.has(id) && !inserted.ids.has(id) ? { status: 'duplicate' } : r;
     });
-    return { results, stored: plan.inserts.filter((p) => inserted.has(p.event.id)) };
-  });
+    return { results, stored: plan.inserts.filter((p) => inserted.ids.has(p.event.id)), lsn: lsnValue(position.rows[0].lsn) };
+  } catch (err) {
+    if (txid) own?.release(txid);
+    await client.query('ROLLBACK').catch(() => undefined);
+    throw err;
+  } finally {
+    client.release();
+  }
 }
 
 /** Writes a batch atomically; results are in batch order. Database errors reject the whole batch. */

@@ -6,7 +6,7 @@ import type { Logger } from '../log.js';
 import { inSqlStateClass } from './pg-errors.js';
 import type { PreparedEvent, WriteResult } from './prepared-event.js';
 import type { ChangeStream } from './changes.js';
-import { writeBatchStored } from './write.js';
+import { writeBatchStored, type OwnTransactions } from './write.js';
 
 export class WriterBusyError extends Error {}
 
@@ -38,6 +38,8 @@ export interface WriterOptions {
   concurrency?: number;
   /** Told what each committed batch stored (store/changes.ts). */
   changes?: ChangeStream;
+  /** Told each transaction's id before it commits (feed.ts: not to announce it twice). */
+  own?: OwnTransactions;
   /** Told each transaction's size and time, committed or not (metrics). */
   onBatch?: (batch: { events: number; seconds: number; committed: boolean }) => void;
 }
@@ -92,12 +94,14 @@ export class EventWriter {
   private async write(batch: Pending[]): Promise<void> {
     const started = performance.now();
     try {
-      const { results, stored } = await writeBatchStored(this.pool, batch.map((p) => p.event));
+      const { results, stored, lsn } = await writeBatchStored(this.pool, batch.map((p) => p.event), this.options.own);
+      // Before any OK: a client that sends a REQ after its OK must find a replica that has its event.
+      this.options.changes?.advance(lsn);
       this.stats.batches++;
       this.stats.events += batch.length;
       this.options.onBatch?.({ events: batch.length, seconds: (performance.now() - started) / 1000, committed: true });
       batch.forEach((p, i) => p.resolve(results[i]));
-      this.options.changes?.publish({ type: 'stored', events: stored });
+      this.options.changes?.publish({ type: 'stored', events: stored, source: 'local' });
     } catch (err) {
       this.options.onBatch?.({ events: batch.length, seconds: (performance.now() - started) / 1000, committed: false });
       this.stats.failedBatches++;

@@ -23,7 +23,7 @@ beforeAll(async () => {
   server = await startEmbeddedPostgres(dir, 0, log);
   const config = parseConfig({ PORT: '0', LOG_LEVEL: 'silent', DATABASE_URL: server.adminUrl });
   db = await openDatabase(config, log);
-  relay = await startRelay(config, db.pool, log);
+  relay = await startRelay(config, db, log);
 });
 afterAll(async () => {
   await relay.close();

@@ -49,7 +49,7 @@ describe('ChangeStream', () => {
       throw new Error('listener bug');
     });
     stream.subscribe((c) => seen.push(c));
-    const change: Change = { type: 'ephemeral', event: prepareEvent(alice.sign({ kind: 20001 })) };
+    const change: Change = { type: 'ephemeral', event: prepareEvent(alice.sign({ kind: 20001 })), source: 'local' };
     stream.publish(change);
     expect(seen).toEqual([]); // not synchronously: the publisher's OK goes first
     await new Promise((r) => setImmediate(r));

@@ -30,7 +30,7 @@ export async function startTestRelay(env: Record<string, string> = {}, databaseU
   const config = parseConfig({ PORT: '0', HOST: '127.0.0.1', LOG_LEVEL: process.env.TEST_LOG_LEVEL ?? 'silent', ...NO_RATE_LIMITS, ...env, DATABASE_URL: databaseUrl });
   const log = createLogger(config.LOG_LEVEL);
   const db = await openDatabase(config, log);
-  const relay = await startRelay(config, db.pool, log);
+  const relay = await startRelay(config, db, log);
   return {
     url: relay.url,
     config,

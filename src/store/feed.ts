@@ -1,0 +1,329 @@
+// Live delivery across processes and hosts: what other writers commit (a second relay process, another
+// host, `import`, psql) is announced on this process's change stream (changes.ts), each event once.
+//
+// Every row inserted into events carries the id of its transaction (`txid`) and a sequence number
+// (`seq`), and each transaction that stores events sends one NOTIFY naming its txid (migration
+// 20261226000001_live_feed). A notification only says "look": this process then reads the rows
+// itself, so a notification missed while the LISTEN connection was down costs nothing but latency.
+//
+// Exactly once, although transactions commit out of their txid order: the feed keeps a horizon, a
+// txid below which every transaction has been delivered, and the set of transactions at or above it
+// it has already delivered (including this process's own, which the writer claims before COMMIT and
+// announces itself). Each read takes the rows of undelivered transactions from the horizon on, and
+// then moves the horizon to the snapshot's xmin: PostgreSQL guarantees every transaction below it has
+// finished, so a transaction still in flight, whatever its txid, is never stepped past. A write
+// transaction left open for long holds the horizon back; reads then cost more, but stay exact.
+//
+// Ephemeral events (never stored) travel in the payload of a NOTIFY on `pgrelay_ephemeral`, several
+// to a payload; one too large for a payload (8,000 bytes) goes through the unlogged relay_ephemeral
+// table and the payload carries its row id. Ephemeral events sent while a LISTEN connection is down
+// do not reach that process: they are never stored, so there is nothing to read back.
+import { randomBytes } from 'node:crypto';
+import pg from 'pg';
+import type { Logger } from '../log.js';
+import type { NostrEvent } from '../nostr/event.js';
+import type { ChangeStream } from './changes.js';
+import { lsnValue } from './lsn.js';
+import { prepareEvent, type PreparedEvent } from './prepared-event.js';
+import type { OwnTransactions } from './write.js';
+
+const EVENTS_CHANNEL = 'pgrelay_events';
+const EPHEMERAL_CHANNEL = 'pgrelay_ephemeral';
+/** Below PostgreSQL's 8,000-byte payload limit, with room for the envelope. */
+const MAX_PAYLOAD_BYTES = 7_900;
+const EPHEMERAL_KEEP = '1 minute';
+
+export interface FeedOptions {
+  /** A read at least this often, notified or not: it moves the horizon and is the safety net. */
+  pollMs?: number;
+  /** Rows per read query; a larger backlog (an import) is read in pages. */
+  pageRows?: number;
+}
+
+interface FeedRow {
+  horizon: string;
+  lsn: string;
+  txid: string | null;
+  seq: string | null;
+  raw: string | null;
+}
+
+// One statement, so the horizon and the rows come from the same snapshot. The LEFT JOIN returns the
+// snapshot's horizon and WAL position even when there are no rows.
+const READ_SQL = `
+  SELECT s.horizon, s.lsn, e.txid::text AS txid, e.seq::text AS seq, e.raw
+    FROM (SELECT pg_snapshot_xmin(pg_current_snapshot())::text AS horizon, pg_current_wal_insert_lsn()::text AS lsn) s
+    LEFT JOIN LATERAL (
+      SELECT txid, seq, raw FROM events
+       WHERE txid IS NOT NULL AND (txid, seq) > ($1::xid8, $2::bigint) AND NOT (txid = ANY($3::xid8[]))
+       ORDER BY txid, seq LIMIT $4) e ON true
+   ORDER BY e.txid, e.seq`;
+
+export class ChangeFeed implements OwnTransactions {
+  /** This process, in ephemeral payloads: its own come back to it and are skipped. */
+  readonly origin = randomBytes(8).toString('hex');
+  private horizon = 0n;
+  /** Transactions at or above the horizon already delivered (or this process's own). */
+  private readonly done = new Set<bigint>();
+  /** The last row delivered of a transaction read only in part (a page ended inside it). */
+  private partial: { txid: bigint; seq: bigint } | undefined;
+  /** Transactions the writer claimed and then released after the horizon had passed them. */
+  private readonly released = new Set<bigint>();
+  private listener: pg.Client | undefined;
+  private reading: Promise<void> | undefined;
+  private readAgain = false;
+  private waiting: Array<() => void> = [];
+  private readonly timers: NodeJS.Timeout[] = [];
+  private reconnectMs = 100;
+  private stopped = false;
+  private outbox: PreparedEvent[] = [];
+  private ephemeralIn: Promise<void> = Promise.resolve();
+  private readonly pollMs: number;
+  private readonly pageRows: number;
+  /** Counts for metrics and tests. */
+  readonly stats = { reads: 0, delivered: 0, reconnects: 0, ephemeralSent: 0, ephemeralReceived: 0 };
+
+  constructor(
+    private readonly url: string,
+    private readonly pool: pg.Pool,
+    private readonly changes: ChangeStream,
+    private readonly log: Logger,
+    options: FeedOptions = {},
+  ) {
+    this.pollMs = options.pollMs ?? 1000;
+    this.pageRows = options.pageRows ?? 1000;
+  }
+
+  async start(): Promise<this> {
+    const { rows } = await this.pool.query<FeedRow>(READ_SQL, ['0', -1, [], 0]);
+    this.horizon = BigInt(rows[0].horizon);
+    this.changes.advance(lsnValue(rows[0].lsn));
+    await this.connect();
+    this.changes.subscribe((change) => {
+      if (change.type === 'ephemeral' && change.source === 'local') this.sendEphemeral(change.event);
+    });
+    this.timers.push(setInterval(() => this.requestRead(), this.pollMs));
+    this.timers.push(setInterval(() => void this.sweepEphemeral(), 30_000));
+    return this;
+  }
+
+  async stop(): Promise<void> {
+    this.stopped = true;
+    this.timers.forEach(clearInterval);
+    await this.reading;
+    await this.listener?.end().catch(() => undefined);
+  }
+
+  claim(txid: string): void {
+    this.done.add(BigInt(txid));
+  }
+
+  release(txid: string): void {
+    const t = BigInt(txid);
+    this.done.delete(t);
+    // Already below the horizon (it did commit, and a read has passed it): read it on its own.
+    if (t < this.horizon) this.released.add(t);
+    this.requestRead();
+  }
+
+  /** Calls `fn` once a read that starts after this call has finished (see Subscription.goLive). */
+  afterNextRead(fn: () => void): void {
+    this.waiting.push(fn);
+  }
+
+  /** A read now, or right after the one under way. */
+  requestRead(): void {
+    if (this.stopped) return;
+    if (this.reading) {
+      this.readAgain = true;
+      return;
+    }
+    const waiting = this.waiting;
+    this.waiting = [];
+    this.reading = this.read()
+      .catch((err) => this.log.warn({ err: (err as Error).message }, 'live feed: reading new events failed, retrying'))
+      .finally(() => {
+        this.reading = undefined;
+        waiting.forEach((fn) => fn());
+        if (this.readAgain) {
+          this.readAgain = false;
+          this.requestRead();
+        }
+      });
+  }
+
+  private async read(): Promise<void> {
+    this.stats.reads++;
+    if (this.released.size) {
+      const txids = [...this.released];
+      const { rows } = await this.pool.query<{ raw: string }>('SELECT raw FROM events WHERE txid = ANY($1::xid8[]) ORDER BY txid, seq', [txids.map(String)]);
+      txids.forEach((t) => this.released.delete(t));
+      this.changes.publish({ type: 'stored', events: rows.map((r) => this.parse(r.raw)).filter((p) => p !== undefined), source: 'remote' });
+    }
+    // Always from the horizon: a transaction below the last row read may have committed since.
+    let cursor = { txid: this.horizon, seq: -1n };
+    let snapshot: { horizon: bigint; lsn: bigint } | undefined;
+    for (;;) {
+      const { rows } = await this.pool.query<FeedRow>(READ_SQL, [String(cursor.txid), String(cursor.seq), [...this.done].map(String), this.pageRows]);
+      snapshot ??= { horizon: BigInt(rows[0].horizon), lsn: lsnValue(rows[0].lsn) };
+      const events: PreparedEvent[] = [];
+      let count = 0;
+      for (const row of rows) {
+        if (row.txid === null) continue;
+        count++;
+        const txid = BigInt(row.txid);
+        const seq = BigInt(row.seq!);
+        cursor = { txid, seq };
+        // Claimed by this process's writer after the query was sent: the writer announces it.
+        if (this.done.has(txid)) continue;
+        // Delivered by an earlier read that failed before it finished this transaction.
+        if (this.partial && this.partial.txid === txid && seq <= this.partial.seq) continue;
+        if (this.partial && this.partial.txid !== txid) this.done.add(this.partial.txid);
+        this.partial = { txid, seq };
+        const event = this.parse(row.raw!);
+        if (event) events.push(event);
+      }
+      this.stats.delivered += events.length;
+      this.changes.publish({ type: 'stored', events, source: 'remote' });
+      if (count < this.pageRows) break;
+    }
+    if (this.partial) this.done.add(this.partial.txid);
+    this.partial = undefined;
+    // Every transaction below the snapshot's xmin had finished, and all of it that committed was read.
+    if (snapshot.horizon > this.horizon) this.horizon = snapshot.horizon;
+    for (const txid of this.done) if (txid < this.horizon) this.done.delete(txid);
+    this.changes.advance(snapshot.lsn);
+  }
+
+  /** A stored row as the writer would have announced it, sent exactly as stored. */
+  private parse(raw: string): PreparedEvent | undefined {
+    try {
+      return { ...prepareEvent(JSON.parse(raw) as NostrEvent), raw };
+    } catch (err) {
+      // Only a row written around the relay (psql) can be unreadable; it must not stop the feed.
+      this.log.warn({ err: (err as Error).message }, 'live feed: a stored event could not be read, not delivered');
+      return undefined;
+    }
+  }
+
+  /** The LISTEN connection: its own, never pooled; reconnects with backoff and then catches up. */
+  private async connect(): Promise<void> {
+    const client = new pg.Client({ connectionString: this.url, application_name: `pgrelay-listen-${process.pid}`, keepAlive: true });
+    const lost = (err?: Error) => {
+      if (this.listener !== client) return;
+      this.listener = undefined;
+      client.removeAllListeners('notification');
+      client.end().catch(() => undefined);
+      if (this.stopped) return;
+      this.log.warn({ err: err?.message }, 'live feed: LISTEN connection lost, reconnecting');
+      this.stats.reconnects++;
+      this.reconnectLater();
+    };
+    client.on('error', lost);
+    client.on('end', () => lost());
+    client.on('notification', (n) => this.onNotification(n.channel, n.payload ?? ''));
+    try {
+      await client.connect();
+      await client.query(`LISTEN ${EVENTS_CHANNEL}; LISTEN ${EPHEMERAL_CHANNEL}`);
+    } catch (err) {
+      client.removeAllListeners();
+      client.on('error', () => undefined);
+      await client.end().catch(() => undefined);
+      throw err;
+    }
+    this.listener = client;
+    this.reconnectMs = 100;
+    // Whatever was committed while no one listened.
+    this.requestRead();
+  }
+
+  private reconnectLater(): void {
+    const timer = setTimeout(() => {
+      this.timers.splice(this.timers.indexOf(timer), 1);
+      if (this.stopped) return;
+      this.connect().catch((err) => {
+        this.log.warn({ err: (err as Error).message, retryMs: this.reconnectMs }, 'live feed: LISTEN reconnect failed');
+        this.reconnectLater();
+      });
+    }, this.reconnectMs);
+    this.timers.push(timer);
+    this.reconnectMs = Math.min(this.reconnectMs * 2, 5000);
+  }
+
+  private onNotification(channel: string, payload: string): void {
+    if (channel === EVENTS_CHANNEL) {
+      // This process's own transaction: the writer announced it already.
+      if (/^\d+$/.test(payload) && this.done.has(BigInt(payload))) return;
+      return this.requestRead();
+    }
+    // One at a time, so a payload that needs a fetch does not let later ones overtake it.
+    if (channel === EPHEMERAL_CHANNEL)
+      this.ephemeralIn = this.ephemeralIn
+        .then(() => this.receiveEphemeral(payload))
+        .catch((err) => this.log.warn({ err: (err as Error).message }, 'live feed: an ephemeral notification was dropped'));
+  }
+
+  /** Queues this process's ephemeral events; one NOTIFY statement per turn of the event loop. */
+  private sendEphemeral(event: PreparedEvent): void {
+    if (this.outbox.push(event) > 1) return;
+    setImmediate(() => {
+      const events = this.outbox;
+      this.outbox = [];
+      this.flushEphemeral(events).catch((err) =>
+        this.log.warn({ err: (err as Error).message, events: events.length }, 'live feed: ephemeral events not passed to other processes'),
+      );
+    });
+  }
+
+  private async flushEphemeral(events: PreparedEvent[]): Promise<void> {
+    const large = events.filter((p) => Buffer.byteLength(p.raw) > MAX_PAYLOAD_BYTES - 100);
+    const refs = new Map<PreparedEvent, string>();
+    if (large.length) {
+      const { rows } = await this.pool.query<{ id: string }>('INSERT INTO relay_ephemeral (raw) SELECT unnest($1::text[]) RETURNING id', [large.map((p) => p.raw)]);
+      large.forEach((p, i) => refs.set(p, rows[i].id));
+    }
+    const payloads: string[] = [];
+    const head = `{"o":"${this.origin}","e":[`;
+    let items: string[] = [];
+    let bytes = head.length + 2;
+    for (const p of events) {
+      const item = refs.get(p) ?? p.raw;
+      const size = Buffer.byteLength(item) + 1;
+      if (items.length && bytes + size > MAX_PAYLOAD_BYTES) {
+        payloads.push(head + items.join(',') + ']}');
+        items = [];
+        bytes = head.length + 2;
+      }
+      items.push(item);
+      bytes += size;
+    }
+    if (items.length) payloads.push(head + items.join(',') + ']}');
+    await this.pool.query(`SELECT pg_notify('${EPHEMERAL_CHANNEL}', p) FROM unnest($1::text[]) WITH ORDINALITY AS t(p, n) ORDER BY n`, [payloads]);
+    this.stats.ephemeralSent += events.length;
+  }
+
+  private async receiveEphemeral(payload: string): Promise<void> {
+    const message = JSON.parse(payload) as { o: string; e: Array<NostrEvent | number> };
+    if (message.o === this.origin) return;
+    const ids = message.e.filter((x): x is number => typeof x === 'number');
+    const fetched = new Map<number, string>();
+    if (ids.length) {
+      const { rows } = await this.pool.query<{ id: string; raw: string }>('SELECT id, raw FROM relay_ephemeral WHERE id = ANY($1::bigint[])', [ids]);
+      for (const row of rows) fetched.set(Number(row.id), row.raw);
+    }
+    for (const item of message.e) {
+      const event = typeof item === 'number' ? (fetched.has(item) ? (JSON.parse(fetched.get(item)!) as NostrEvent) : undefined) : item;
+      if (!event) continue; // swept already: it was over a minute old
+      this.stats.ephemeralReceived++;
+      this.changes.publish({ type: 'ephemeral', event: prepareEvent(event), source: 'remote' });
+    }
+  }
+
+  private async sweepEphemeral(): Promise<void> {
+    try {
+      await this.pool.query(`DELETE FROM relay_ephemeral WHERE created_at < now() - interval '${EPHEMERAL_KEEP}'`);
+    } catch (err) {
+      this.log.debug({ err: (err as Error).message }, 'live feed: ephemeral sweep failed');
+    }
+  }
+}

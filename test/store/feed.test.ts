@@ -1,0 +1,182 @@
+// The cross-process feed (src/store/feed.ts) on a real database: whatever another writer commits is
+// announced once, also when transactions commit out of their txid order, also across pages; a
+// transaction that rolls back is never announced, nor one the local writer claimed.
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import type pg from 'pg';
+import { ChangeStream, type Change } from '../../src/store/changes.js';
+import type { Database } from '../../src/store/database.js';
+import { ChangeFeed } from '../../src/store/feed.js';
+import { prepareEvent } from '../../src/store/prepared-event.js';
+import { writeBatchStored } from '../../src/store/write.js';
+import { openTestStore, silentLog, unsignedEvent } from '../ops/helpers.js';
+
+let db: Database;
+let feed: ChangeFeed | undefined;
+beforeAll(async () => {
+  db = await openTestStore();
+});
+afterEach(async () => {
+  await feed?.stop();
+  feed = undefined;
+});
+afterAll(() => db?.close());
+
+let n = 0;
+const event = () => unsignedEvent({ content: `feed ${++n}`, created_at: 1_700_000_000 + n });
+
+/** A feed that polls rarely: each read in these tests is caused by a NOTIFY or by the test. */
+async function startFeed(pageRows?: number) {
+  const changes = new ChangeStream();
+  const announced: Change[] = [];
+  changes.subscribe((c) => announced.push(c));
+  feed = await new ChangeFeed(db.url, db.pool, changes, silentLog, { pollMs: 60_000, pageRows }).start();
+  const ids = () => announced.flatMap((c) => (c.type === 'stored' ? c.events.map((p) => p.event.id) : []));
+  return { changes, announced, ids };
+}
+
+async function until(check: () => boolean, what: string): Promise<void> {
+  for (let waited = 0; !check(); waited += 10) {
+    if (waited > 5000) throw new Error(`timed out: ${what}`);
+    await new Promise((r) => setTimeout(r, 10));
+  }
+}
+
+/** Reads until the feed has no more to say (two reads in a row, each started after the last ended). */
+async function settle(): Promise<void> {
+  for (let i = 0; i < 2; i++) {
+    await new Promise<void>((resolve) => {
+      feed!.afterNextRead(resolve);
+      feed!.requestRead();
+    });
+  }
+  await new Promise((r) => setImmediate(r));
+}
+
+async function insert(client: pg.PoolClient, e = event()): Promise<string> {
+  await client.query(`INSERT INTO events (id, pubkey, kind, created_at, raw) VALUES ($1, $2, $3, $4, $5)`, [
+    Buffer.from(e.id, 'hex'),
+    Buffer.from(e.pubkey, 'hex'),
+    e.kind,
+    e.created_at,
+    JSON.stringify(e),
+  ]);
+  return e.id;
+}
+
+describe('ChangeFeed', () => {
+  it('announces another writer\'s commit after its NOTIFY, exactly as stored, marked remote', async () => {
+    const { announced, ids } = await startFeed();
+    const client = await db.pool.connect();
+    try {
+      const e = event();
+      await insert(client, e);
+      await until(() => ids().length === 1, 'the insert is announced');
+      expect(ids()).toEqual([e.id]);
+      const change = announced[0];
+      expect(change).toMatchObject({ type: 'stored', source: 'remote' });
+      expect(change.type === 'stored' && change.events[0].raw).toBe(JSON.stringify(e));
+    } finally {
+      client.release();
+    }
+  });
+
+  it('does not step past a transaction still in flight: a lower txid committed later is announced too', async () => {
+    const { ids } = await startFeed();
+    const [early, late] = [await db.pool.connect(), await db.pool.connect()];
+    try {
+      await early.query('BEGIN');
+      const first = await insert(early); // takes the lower txid
+      await late.query('BEGIN');
+      const second = await insert(late);
+      await late.query('COMMIT');
+      await until(() => ids().includes(second), 'the later txid, committed first');
+      await settle(); // the horizon must not pass the open transaction
+      await early.query('COMMIT');
+      await until(() => ids().includes(first), 'the earlier txid, committed second');
+      await settle();
+      expect(ids()).toEqual([second, first]);
+    } finally {
+      early.release();
+      late.release();
+    }
+  });
+
+  it('never announces a rolled-back transaction, and each committed one once however often it reads', async () => {
+    const { ids } = await startFeed();
+    const client = await db.pool.connect();
+    try {
+      await client.query('BEGIN');
+      await insert(client);
+      await client.query('ROLLBACK');
+      const kept = await insert(client);
+      await until(() => ids().length > 0, 'the committed insert');
+      for (let i = 0; i < 3; i++) await settle();
+      expect(ids()).toEqual([kept]);
+    } finally {
+      client.release();
+    }
+  });
+
+  it('reads a large transaction in pages, in its insert order, each row once', async () => {
+    const { ids } = await startFeed(3);
+    const client = await db.pool.connect();
+    try {
+      await client.query('BEGIN');
+      const inserted: string[] = [];
+      for (let i = 0; i < 10; i++) inserted.push(await insert(client));
+      await client.query('COMMIT');
+      await until(() => ids().length >= 10, 'all ten rows');
+      await settle();
+      expect(ids()).toEqual(inserted);
+    } finally {
+      client.release();
+    }
+  });
+
+  it('leaves to the local writer what it claimed, and announces it if the commit fails', async () => {
+    const { ids } = await startFeed();
+    const e = event();
+    const written = await writeBatchStored(db.pool, [prepareEvent(e)], feed);
+    expect(written.stored.map((p) => p.event.id)).toEqual([e.id]);
+    expect(written.lsn).toBeGreaterThan(0n);
+    await settle();
+    expect(ids()).toEqual([]);
+
+    // A claim released (the commit failed as far as the writer knows): the database decides.
+    const client = await db.pool.connect();
+    try {
+      await client.query('BEGIN');
+      const id = await insert(client);
+      const { rows } = await client.query<{ txid: string }>('SELECT pg_current_xact_id()::text AS txid');
+      feed!.claim(rows[0].txid);
+      await client.query('COMMIT');
+      await settle();
+      expect(ids()).toEqual([]);
+      feed!.release(rows[0].txid);
+      await until(() => ids().length === 1, 'the released transaction');
+      expect(ids()).toEqual([id]);
+    } finally {
+      client.release();
+    }
+  });
+
+  it('passes ephemeral events between feeds, small ones in the payload and large ones through the table', async () => {
+    const { changes } = await startFeed();
+    const other = new ChangeStream();
+    const received: string[] = [];
+    other.subscribe((c) => c.type === 'ephemeral' && received.push(c.event.raw));
+    const otherFeed = await new ChangeFeed(db.url, db.pool, other, silentLog, { pollMs: 60_000 }).start();
+    try {
+      const small = Array.from({ length: 30 }, (_, i) => prepareEvent(unsignedEvent({ kind: 20001, content: `small ${i} ${'s'.repeat(500)}` })));
+      const large = prepareEvent(unsignedEvent({ kind: 20002, content: 'L'.repeat(20_000) }));
+      const sent = [...small.slice(0, 15), large, ...small.slice(15)];
+      for (const p of sent) changes.publish({ type: 'ephemeral', event: p, source: 'local' });
+      await until(() => received.length === sent.length, 'every ephemeral event at the other feed');
+      expect(received).toEqual(sent.map((p) => p.raw));
+      // Its own come back to the sender on the channel, and are skipped there.
+      expect(feed!.stats.ephemeralReceived).toBe(0);
+    } finally {
+      await otherFeed.stop();
+    }
+  });
+});
