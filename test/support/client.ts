@@ -1,4 +1,5 @@
 // A plain WebSocket test client that records every message, so tests can assert exact replies.
+import type { IncomingHttpHeaders } from 'node:http';
 import WebSocket, { type ClientOptions } from 'ws';
 import type { NostrEvent } from '../../src/nostr/event.js';
 import { now, type Signer } from './keys.js';
@@ -10,11 +11,14 @@ export class TestClient {
   private waiters: Array<() => void> = [];
   private syncs = 0;
   closeInfo: { code: number; reason: string } | undefined;
+  /** The headers of the relay's upgrade response (e.g. X-Relay-Process under WORKERS). */
+  upgradeHeaders: IncomingHttpHeaders = {};
 
   private constructor(
     readonly ws: WebSocket,
     readonly url: string,
   ) {
+    ws.once('upgrade', (response) => (this.upgradeHeaders = response.headers));
     ws.on('message', (data) => {
       this.messages.push(JSON.parse(data.toString()));
       this.wake();
