@@ -73,7 +73,7 @@ export async function ordinaryRolePool(db: { url: string; pool: pg.Pool }): Prom
   } catch {
     return undefined;
   }
-  await db.pool.query(`GRANT ALL ON SCHEMA public TO ${role}; GRANT ALL ON ALL TABLES IN SCHEMA public TO ${role}`);
+  await db.pool.query(`GRANT ALL ON SCHEMA public TO ${role}; GRANT ALL ON ALL TABLES IN SCHEMA public TO ${role}; GRANT ALL ON ALL SEQUENCES IN SCHEMA public TO ${role}`);
   const url = new URL(db.url);
   url.username = role;
   url.password = role;
@@ -83,7 +83,7 @@ export async function ordinaryRolePool(db: { url: string; pool: pg.Pool }): Prom
     pool,
     async close() {
       await pool.end();
-      await db.pool.query(`REVOKE ALL ON ALL TABLES IN SCHEMA public FROM ${role}; REVOKE ALL ON SCHEMA public FROM ${role}; DROP ROLE ${role}`);
+      await db.pool.query(`REVOKE ALL ON ALL TABLES IN SCHEMA public FROM ${role}; REVOKE ALL ON ALL SEQUENCES IN SCHEMA public FROM ${role}; REVOKE ALL ON SCHEMA public FROM ${role}; DROP ROLE ${role}`);
     },
   };
 }
