@@ -12,6 +12,7 @@ import { computeEventId, type NostrEvent } from '../src/nostr/event.js';
 import { cpuSeconds, mainThreadCpuSeconds, postgresPids } from './load/system.js';
 import { prng } from './lib/random.js';
 import { startRelayProcess, type RelayProcess } from './lib/relay-process.js';
+import { relayPids, relaysCpuSeconds } from './lib/relays.js';
 import { ms, summarize, type Summary } from './lib/stats.js';
 
 const HELP = `usage: npm run bench:ingest -- [options]
@@ -27,6 +28,8 @@ options:
   --rate R              open loop instead: send R events/s in total (e.g. 5000)
   --size BYTES          content size of each event (default 1000)
   --modes a,b           batched,unbatched (default both)
+  --workers N|auto      WORKERS for the relay process (default 1; its cluster workers are counted in
+                        its CPU, RSS and mean batch)
   --url ws://…          publish to a relay already running instead (no CPU/RSS/batch figures)
   --out DIR             output folder (default bench-out/ingest)`;
 
@@ -74,14 +77,20 @@ async function loadOrSign(outDir: string, count: number, size: number, publisher
   return events;
 }
 
+/** Peak RSS of the relay process, plus each cluster worker's (their peaks need not coincide). */
 function peakRssMb(pid: number): number {
-  try {
-    const m = /VmHWM:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
-    return m ? Number(m[1]) / 1024 : NaN;
-  } catch {
-    return NaN;
-  }
+  return relayPids(pid).reduce((sum, p) => {
+    try {
+      const m = /VmHWM:\s+(\d+) kB/.exec(readFileSync(`/proc/${p}/status`, 'utf8'));
+      return sum + (m ? Number(m[1]) / 1024 : NaN);
+    } catch {
+      return NaN;
+    }
+  }, 0);
 }
+
+/** Main-thread CPU seconds of the relay process and each cluster worker (their event loops). */
+const mainThreadsCpuSeconds = (pid: number) => relayPids(pid).reduce((sum, p) => sum + (mainThreadCpuSeconds(p) ?? NaN), 0);
 
 async function publish(relay: RelayProcess, events: NostrEvent[], publishers: number, window: number, rate?: number) {
   const sockets = await Promise.all(
@@ -136,27 +145,31 @@ async function publish(relay: RelayProcess, events: NostrEvent[], publishers: nu
   return { seconds, accepted, refused, ok: summarize(latencies) };
 }
 
-async function runMode(mode: string, events: NostrEvent[], o: { publishers: number; window: number; rate?: number; url?: string }): Promise<RunResult> {
+async function runMode(mode: string, events: NostrEvent[], o: { publishers: number; window: number; rate?: number; url?: string; workers: string }): Promise<RunResult> {
   if (o.url) {
     const r = await publish({ url: o.url } as RelayProcess, events, o.publishers, o.window, o.rate);
     return { mode: 'external', events: events.length, accepted: r.accepted, refused: r.refused, seconds: r.seconds, eventsPerSecond: r.accepted / r.seconds, ok: r.ok, relayCpuPercent: NaN, mainThreadCpuPercent: NaN, postgresCpuPercent: NaN, peakRssMb: NaN, meanBatch: NaN };
   }
   const dataDir = await mkdtemp(path.join(tmpdir(), 'pgrelay-ingest-'));
-  const relay = await startRelayProcess({ DATA_DIR: dataDir, WRITE_BATCH_SIZE: mode === 'batched' ? '500' : '1', MAX_PENDING_EVENTS: '100000', WRITE_QUEUE_MAX: '100000' });
+  const relay = await startRelayProcess({
+    DATA_DIR: dataDir, WORKERS: o.workers, WRITE_BATCH_SIZE: mode === 'batched' ? '500' : '1', MAX_PENDING_EVENTS: '100000', WRITE_QUEUE_MAX: '100000',
+  });
   try {
     const cpu = (pid: number) => cpuSeconds(pid) ?? 0;
-    const cpu0 = cpu(relay.pid);
-    const main0 = mainThreadCpuSeconds(relay.pid) ?? 0;
+    const cpu0 = relaysCpuSeconds([relay.pid]);
+    const main0 = mainThreadsCpuSeconds(relay.pid);
     const pg0 = new Map(postgresPids(dataDir).map((p) => [p, cpu(p)]));
     const r = await publish(relay, events, o.publishers, o.window, o.rate);
-    const relayCpu = cpu(relay.pid) - cpu0;
-    const mainCpu = (mainThreadCpuSeconds(relay.pid) ?? NaN) - main0;
+    const relayCpu = relaysCpuSeconds([relay.pid]) - cpu0;
+    const mainCpu = mainThreadsCpuSeconds(relay.pid) - main0;
     // This run's PostgreSQL: backends that started during the run count from zero, those that ended
     // are not counted.
     const pgCpu = postgresPids(dataDir).reduce((sum, p) => sum + cpu(p) - (pg0.get(p) ?? 0), 0);
     const rss = peakRssMb(relay.pid);
     await relay.stop();
-    const stopped = relay.logs.find((l) => l.msg === 'relay stopped') as { writer?: { meanBatch: number } } | undefined;
+    // One writer per process: with cluster workers, each logs its own.
+    const writers = relay.logs.flatMap((l) => (l.msg === 'relay stopped' && l.writer ? [l.writer as { batches: number; events: number }] : []));
+    const batches = writers.reduce((sum, w) => sum + w.batches, 0);
     return {
       mode,
       events: events.length,
@@ -169,7 +182,7 @@ async function runMode(mode: string, events: NostrEvent[], o: { publishers: numb
       mainThreadCpuPercent: (mainCpu / r.seconds) * 100,
       postgresCpuPercent: (pgCpu / r.seconds) * 100,
       peakRssMb: rss,
-      meanBatch: stopped?.writer?.meanBatch ?? NaN,
+      meanBatch: batches ? writers.reduce((sum, w) => sum + w.events, 0) / batches : NaN,
     };
   } finally {
     await relay.stop();
@@ -202,6 +215,7 @@ async function main(): Promise<void> {
       rate: { type: 'string' },
       size: { type: 'string', default: '1000' },
       modes: { type: 'string', default: 'batched,unbatched' },
+      workers: { type: 'string', default: '1' },
       out: { type: 'string', default: 'bench-out/ingest' },
       url: { type: 'string' },
       help: { type: 'boolean', default: false },
@@ -211,7 +225,9 @@ async function main(): Promise<void> {
   const outDir = path.resolve(values.out!);
   await mkdir(outDir, { recursive: true });
   const publishers = Number(values.publishers);
-  const o = { publishers, window: Number(values.window), rate: values.rate ? Number(values.rate) : undefined, url: values.url };
+  const workers = values.workers!;
+  if (!/^(auto|[1-9]\d*)$/.test(workers)) throw new Error(`--workers must be a positive integer or auto, got ${workers}`);
+  const o = { publishers, window: Number(values.window), rate: values.rate ? Number(values.rate) : undefined, url: values.url, workers };
   const all = await loadOrSign(outDir, Number(values.events), Number(values.size), publishers);
   const speed = verificationsPerSecond(all);
   console.error(`this machine now: ${speed} BIP-340 verifications/s on one core`);
@@ -224,7 +240,7 @@ async function main(): Promise<void> {
     console.error(`  ${Math.round(r.eventsPerSecond)} events/s accepted, OK p50 ${ms(r.ok.p50)} p95 ${ms(r.ok.p95)} p99 ${ms(r.ok.p99)} ms, mean batch ${r.meanBatch.toFixed(1)}`);
   }
   const table = [
-    `${os.cpus().length} cores (${os.cpus()[0]?.model ?? 'CPU'}) · ${publishers} publishers · ${values.size}-byte events, id + BIP-340 verified · ${o.rate ? `open loop at ${o.rate} events/s` : `closed loop, ${o.window} in flight per publisher`} · machine speed before the runs: ${speed.toLocaleString('en-US')} BIP-340 verifications/s on one core`,
+    `${os.cpus().length} cores (${os.cpus()[0]?.model ?? 'CPU'}) · ${o.url ? 'a relay already running' : `WORKERS=${workers}`} · ${publishers} publishers · ${values.size}-byte events, id + BIP-340 verified · ${o.rate ? `open loop at ${o.rate} events/s` : `closed loop, ${o.window} in flight per publisher`} · machine speed before the runs: ${speed.toLocaleString('en-US')} BIP-340 verifications/s on one core`,
     '',
     '| mode | events | accepted/s | OK p50 | OK p95 | OK p99 | mean batch | relay CPU (main thread) | relay µs/event (main thread) | PostgreSQL CPU | relay peak RSS | refused |',
     '|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|',

@@ -8,9 +8,15 @@
 // T0 + offset, and a subscriber measures arrival − (T0 + offset). The publisher's own lateness is
 // recorded as publish_lag_ms and is included in delivery_ms, so delivery_ms is an upper bound.
 //
-// Environment: RELAY_URL, EVENTS_FILE (from `npm run load`, signed events tagged RUN_TAG), RUN_TAG,
-// SUBSCRIBERS (default 1000), CONNS_PER_VU (default 20), EXTRA_SUBS (default 2), WARMUP_MS (default
-// 15000), DRAIN_MS (default 5000), P95_MS.
+// Scale-out: with RELAY_URLS (comma-separated relays on one database) subscriber connection i uses
+// url[i % n] and the publisher url[0]; delivery_ms is then also split into delivery_same_ms (the
+// publisher's relay) and delivery_other_ms (the others), with deliveries_missed_same/_other. (By
+// relay, not by process: k6/websockets does not show the handshake response, so not which
+// cluster worker took a connection.)
+//
+// Environment: RELAY_URL or RELAY_URLS, EVENTS_FILE (from `npm run load`, signed events tagged
+// RUN_TAG), RUN_TAG, SUBSCRIBERS (default 1000), CONNS_PER_VU (default 20), EXTRA_SUBS (default 2),
+// WARMUP_MS (default 15000), DRAIN_MS (default 5000), P95_MS.
 import { check } from 'k6';
 import exec from 'k6/execution';
 import { SharedArray } from 'k6/data';
@@ -20,7 +26,12 @@ import { WebSocket } from 'k6/websockets';
 import { RELAY_URL, SUMMARY_TREND_STATS, baseThresholds, envNumber, relayErrors, verbOf } from './lib/common.js';
 
 const events = new SharedArray('fanout events', () => JSON.parse(open(__ENV.EVENTS_FILE || './data/fanout-events.json')));
+const RELAY_URLS = (__ENV.RELAY_URLS || RELAY_URL).split(',');
+const SPLIT = RELAY_URLS.length > 1;
 const deliveryMs = new Trend('delivery_ms', true);
+// Only with several relays: every k6 sample costs, at 10,000+ deliveries/s.
+const deliveryByRelay = SPLIT ? { same: new Trend('delivery_same_ms', true), other: new Trend('delivery_other_ms', true) } : undefined;
+const missedByRelay = SPLIT ? { same: new Counter('deliveries_missed_same'), other: new Counter('deliveries_missed_other') } : undefined;
 const publishLagMs = new Trend('publish_lag_ms', true);
 const okMs = new Trend('ok_ms', true);
 const missed = new Counter('deliveries_missed');
@@ -73,8 +84,10 @@ export function subscriber(data) {
   const sockets = [];
   for (let c = 0; c < count; c++) {
     // Spread this VU's connections over the first half of the warm-up.
+    const index = first + c;
+    const relay = index % RELAY_URLS.length === 0 ? 'same' : 'other';
     setTimeout(() => {
-      const ws = new WebSocket(RELAY_URL);
+      const ws = new WebSocket(RELAY_URLS[index % RELAY_URLS.length]);
       let received = 0;
       ws.onerror = (e) => {
         relayErrors.add(1, { reason: 'ws-error' });
@@ -90,7 +103,9 @@ export function subscriber(data) {
         if (verb === 'EVENT') {
           const now = Date.now();
           if (!e.data.startsWith('["EVENT","live"')) return relayErrors.add(1, { reason: 'wrong-sub' });
-          deliveryMs.add(now - (data.t0 + offsetOf(e.data).offset));
+          const latency = now - (data.t0 + offsetOf(e.data).offset);
+          deliveryMs.add(latency);
+          if (deliveryByRelay) deliveryByRelay[relay].add(latency);
           received++;
         } else if (verb === 'EOSE') {
           if (!e.data.startsWith('["EOSE","live"')) return;
@@ -105,7 +120,7 @@ export function subscriber(data) {
       ws.onclose = () => {
         if (Date.now() < end) relayErrors.add(1, { reason: 'ws-close' });
       };
-      sockets.push({ ws, received: () => received });
+      sockets.push({ ws, relay, received: () => received });
     }, (c * WARMUP_MS) / 2 / Math.max(1, count));
   }
   setTimeout(() => {
@@ -113,6 +128,7 @@ export function subscriber(data) {
       const lost = events.length - s.received();
       if (lost > 0) {
         missed.add(lost);
+        if (missedByRelay) missedByRelay[s.relay].add(lost);
         relayErrors.add(lost, { reason: 'missed' });
       }
       check(null, { 'every event delivered': () => lost <= 0 });
@@ -123,7 +139,7 @@ export function subscriber(data) {
 }
 
 export function publisher(data) {
-  const ws = new WebSocket(RELAY_URL);
+  const ws = new WebSocket(RELAY_URLS[0]);
   const sentAt = {};
   let answered = 0;
   ws.onerror = (e) => {

@@ -12,12 +12,12 @@ import { createLogger } from '../../src/log.js';
 import { openDatabase, type Database } from '../../src/store/database.js';
 import { loadManifest } from '../lib/manifest.js';
 import { prewarm } from '../lib/prewarm.js';
-import { startRelayProcess, type RelayProcess } from '../lib/relay-process.js';
+import { relayPids, startRelays, type RelayGroup } from '../lib/relays.js';
 import { DEFAULT_QUERY_SHAPES, ensurePublishEvents, fanoutMessages, publishSigners, queryMix, signer } from './data.js';
 import { findK6, k6Version, runK6 } from './k6.js';
 import { latencySvg, ladderTable, SCENARIOS, shapeTable, stat, throughput, type ScenarioName, type Step, type StepSystem } from './report.js';
 import {
-  cpuSeconds, cpuTracker, establishedConnections, loadAverage, machineDescription, openFileLimit, postgresPids, reapedChildrenCpuSeconds, rssBytes,
+  cpuTracker, establishedConnections, loadAverage, machineDescription, openFileLimit, postgresPids, reapedChildrenCpuSeconds, rssBytes,
 } from './system.js';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../..');
@@ -57,6 +57,10 @@ options:
   --url WS_URL          test a relay that is already running (nothing is seeded or cleaned up;
                         query still reads the corpus manifest from DATABASE_URL or --data-dir)
   --relay-pid PID       with --url: the relay's pid, for its CPU and RSS columns
+  --workers N|auto      WORKERS for the relay process(es) started here (default 1)
+  --relays N            fanout: N relay processes on one database (the embedded server in --data-dir,
+                        or --database-url); subscribers round-robin over them, the publisher on the
+                        first; delivery latency also split by the subscriber's relay (default 1)
   --data-dir DIR        embedded PostgreSQL folder for the relay started here (default load/data/db)
   --database-url URL    use this PostgreSQL instead of the embedded one (never reset: seed it yourself)
   --seed-events N       corpus size for query (default: keep the seeded corpus, or seed 1000000)
@@ -81,6 +85,9 @@ interface Args {
   p95: number;
   url?: string;
   relayPid?: number;
+  /** WORKERS of the relays started here; relay processes on one database (fanout). */
+  workers: string;
+  relays: number;
   dataDir: string;
   databaseUrl?: string;
   seedEvents?: number;
@@ -121,6 +128,8 @@ function parse(): Args | { report: string } | undefined {
       p95: { type: 'string' },
       url: { type: 'string' },
       'relay-pid': { type: 'string' },
+      workers: { type: 'string', default: '1' },
+      relays: { type: 'string', default: '1' },
       'data-dir': { type: 'string', default: path.join(CACHE_DIR, 'db') },
       'database-url': { type: 'string' },
       'seed-events': { type: 'string' },
@@ -144,6 +153,9 @@ function parse(): Args | { report: string } | undefined {
     : openLoop ? values.rate!
     : values.vus ?? (scenario === 'query' ? '1,10,30,50,100,200' : '1,10,50');
   for (const d of [values.duration!, values.hold!, values.ramp!, values.warmup!]) seconds(d); // validate early
+  if (!/^(auto|[1-9]\d*)$/.test(values.workers!)) throw new Error(`--workers must be a positive integer or auto, got ${values.workers}`);
+  const [relays] = list(values.relays!);
+  if (relays > 1 && (scenario !== 'fanout' || values.url)) throw new Error('--relays is for the fanout scenario, with relays started here (no --url)');
   return {
     scenario,
     ladder: list(ladderText),
@@ -159,6 +171,8 @@ function parse(): Args | { report: string } | undefined {
     p95: Number(values.p95 ?? (scenario === 'connections' ? 0 : 50)),
     url: values.url,
     relayPid: values['relay-pid'] ? Number(values['relay-pid']) : undefined,
+    workers: values.workers!,
+    relays,
     dataDir: path.resolve(values['data-dir']!),
     databaseUrl: values['database-url'],
     seedEvents: values['seed-events'] ? Number(values['seed-events']) : undefined,
@@ -204,38 +218,52 @@ async function deleteByAuthors(pool: pg.Pool, pubkeys: string[]): Promise<number
 interface Context {
   a: Args;
   k6: string;
+  /** The first relay: the one queried, published to, or (fanout) publishing. */
   url: string;
-  relayPid?: number;
+  /** Every relay under test, with its process when known. */
+  relays: Array<{ url: string; pid?: number }>;
   db?: Database;
   owned: boolean;
   steps: Step[];
   notes: string[];
-  /** The relay's RSS before the first step: memory per connection is measured from it, since a
+  /** The relays' RSS before the first step: memory per connection is measured from it, since a
    * Node process rarely gives memory back and a later step's "before" would hide what it costs. */
   initialRss?: number;
   /** Taken at the start: what the relay under test was built from. */
   revision: string;
 }
 
-/** Runs one k6 step and measures CPU (relay, PostgreSQL, k6) and the relay's memory and connections around it. */
+/** The relays' processes, cluster workers included, each with the port it serves. */
+function relayProcesses(ctx: Context): Array<{ pid: number; port: number }> {
+  return ctx.relays.flatMap((r) => (r.pid ? relayPids(r.pid).map((pid) => ({ pid, port: Number(new URL(r.url).port || 80) })) : []));
+}
+
+/** RSS summed over the relays' processes; undefined when none is known or /proc cannot tell. */
+function relaysRss(processes: Array<{ pid: number }>): number | undefined {
+  return processes.length ? processes.reduce((sum, p) => sum + (rssBytes(p.pid) ?? NaN), 0) || undefined : undefined;
+}
+
+/** Runs one k6 step and measures CPU (relays, PostgreSQL, k6) and the relays' memory and connections around it. */
 async function step(ctx: Context, x: number, script: string, env: Record<string, string | number>, label: string, measured = true): Promise<Step | undefined> {
   const { a } = ctx;
   const name = `${a.scenario}-${label}`;
   const files = { summary: path.join(a.out, 'steps', `${name}.summary.json`), log: path.join(a.out, 'steps', `${name}.log`) };
   await rm(files.summary, { force: true });
   const postgres = cpuTracker(() => (a.databaseUrl ? [] : postgresPids(a.dataDir)));
-  const port = Number(new URL(ctx.url).port || 80);
-  const before = {
-    relay: ctx.relayPid ? cpuSeconds(ctx.relayPid) : undefined,
-    k6: reapedChildrenCpuSeconds(),
-  };
+  const relayCpu = cpuTracker(() => relayProcesses(ctx).map((p) => p.pid));
+  const k6Before = reapedChildrenCpuSeconds();
   let peakConnections = 0;
   let rssAtPeak: number | undefined;
   let peakRss = 0;
   const sample = () => {
     postgres.sample();
-    const conns = establishedConnections(port, ctx.relayPid) ?? 0;
-    const rss = ctx.relayPid ? rssBytes(ctx.relayPid) : undefined;
+    relayCpu.sample();
+    // Without a known process, every established connection on the relays' ports.
+    const processes = relayProcesses(ctx);
+    const conns = processes.length
+      ? processes.reduce((sum, p) => sum + (establishedConnections(p.port, p.pid) ?? 0), 0)
+      : ctx.relays.reduce((sum, r) => sum + (establishedConnections(Number(new URL(r.url).port || 80)) ?? 0), 0);
+    const rss = relaysRss(processes);
     if (rss !== undefined) peakRss = Math.max(peakRss, rss);
     if (conns >= peakConnections) {
       peakConnections = conns;
@@ -251,9 +279,9 @@ async function step(ctx: Context, x: number, script: string, env: Record<string,
   }
   const delta = (after: number | undefined, b: number | undefined) => (after !== undefined && b !== undefined ? (after - b) / r.seconds : undefined);
   const system: StepSystem = {
-    relayCpu: ctx.relayPid ? delta(cpuSeconds(ctx.relayPid), before.relay) : undefined,
+    relayCpu: (relayCpu.sample(), delta(relayCpu.seconds(), 0)),
     postgresCpu: (postgres.sample(), delta(postgres.seconds(), 0)),
-    k6Cpu: delta(reapedChildrenCpuSeconds(), before.k6),
+    k6Cpu: delta(reapedChildrenCpuSeconds(), k6Before),
     relayRssMb: peakRss ? peakRss / 2 ** 20 : undefined,
     peakConnections,
     rssPerConnectionKb:
@@ -264,6 +292,10 @@ async function step(ctx: Context, x: number, script: string, env: Record<string,
   say(
     `  p50 ${stat(r.summary, spec.latencyMetric, 'p(50)').toFixed(1)} ms, p95 ${stat(r.summary, spec.latencyMetric, 'p(95)').toFixed(1)} ms, ` +
       `${throughput(a.scenario, r.summary).toFixed(1)} ${spec.throughputLabel}, errors ${stat(r.summary, 'relay_errors', 'count') || 0}` +
+      (ctx.relays.length > 1 && a.scenario === 'fanout'
+        ? `; publisher's relay p95 ${stat(r.summary, 'delivery_same_ms', 'p(95)').toFixed(1)} ms, other relays p95 ${stat(r.summary, 'delivery_other_ms', 'p(95)').toFixed(1)} ms ` +
+          `(missed ${stat(r.summary, 'deliveries_missed_same', 'count') || 0} / ${stat(r.summary, 'deliveries_missed_other', 'count') || 0})`
+        : '') +
       (r.exitCode === 99 ? ' (thresholds crossed)' : r.exitCode ? ` (k6 exit ${r.exitCode})` : ''),
   );
   if (measured) ctx.steps.push(result);
@@ -339,6 +371,7 @@ async function runFanout(ctx: Context): Promise<void> {
     await writeFile(file, JSON.stringify(fanoutMessages(runTag, a.rate, seconds(a.duration))));
     await step(ctx, subscribers, path.join(LOAD_DIR, 'fanout.js'), {
       EVENTS_FILE: file, RUN_TAG: runTag, SUBSCRIBERS: subscribers, CONNS_PER_VU: a.connsPerVu, WARMUP_MS: warmupMs,
+      RELAY_URLS: ctx.relays.map((r) => r.url).join(','),
     }, `${subscribers}subs`);
     if (ctx.owned && db) await deleteByAuthors(db.pool, [signer(`fanout-${runTag}`).pubkey]);
   }
@@ -346,6 +379,11 @@ async function runFanout(ctx: Context): Promise<void> {
     `Each subscriber connection holds 1 matching subscription and 2 that never match; one publisher sends ${a.rate} kind-1 events/s for ${a.duration}, ` +
       `each on a schedule (delivery = arrival − planned send time, so the publisher's lateness, shown as "publish lag", is included).`,
   );
+  if (ctx.relays.length > 1)
+    ctx.notes.push(
+      `${ctx.relays.length} relay processes on one database: subscriber connection i on relay i mod ${ctx.relays.length}, the publisher on the first; ` +
+        "\"publisher's relay\" and \"other relays\" split the deliveries by the subscriber's relay (by relay, not by cluster worker).",
+    );
 }
 
 async function runConnections(ctx: Context): Promise<void> {
@@ -377,27 +415,30 @@ async function main(): Promise<void> {
   // The relay and the database: never the developer's ./data or a DATABASE_URL from .env by accident.
   process.env.DATA_DIR = a.dataDir;
   process.env.DATABASE_URL = a.databaseUrl ?? '';
-  let relay: RelayProcess | undefined;
+  let relays: RelayGroup | undefined;
   let db: Database | undefined;
   const startedAt = new Date();
   const revision = sourceRevision();
   const loadBefore = loadAverage();
   try {
     if (!a.url) {
-      say(`starting a relay on ${a.databaseUrl ? 'the given database' : a.dataDir}…`);
+      say(`starting ${a.relays > 1 ? `${a.relays} relays` : 'a relay'} (WORKERS=${a.workers}) on ${a.databaseUrl ? 'the given database' : a.dataDir}…`);
       // No retention: it would prune the seeded corpus (its events are up to two years old).
-      relay = await startRelayProcess({ DATA_DIR: a.dataDir, DATABASE_URL: a.databaseUrl ?? '', HOST: '127.0.0.1', RETENTION_OLDER_THAN: '' });
+      relays = await startRelays(a.relays, {
+        dataDir: a.dataDir, databaseUrl: a.databaseUrl, env: { HOST: '127.0.0.1', RETENTION_OLDER_THAN: '', WORKERS: a.workers },
+      });
     }
-    const url = a.url ?? relay!.url;
+    const targets = relays?.relays.map((r) => ({ url: r.url, pid: r.pid })) ?? [{ url: a.url!, pid: a.relayPid }];
+    const url = targets[0].url;
     const host = new URL(url).hostname;
     if (!['127.0.0.1', 'localhost', '[::1]', '::1'].includes(host)) say(`note: ${url} is not on this machine`);
-    if (a.scenario === 'query' || relay) {
+    if (a.scenario === 'query' || relays) {
       const config = loadConfig();
       db = await openDatabase(config, createLogger('warn', 2), { migrate: false, ownEmbeddedServer: false });
     }
-    const relayPid = relay?.pid ?? a.relayPid;
-    const ctx: Context = { a, k6, url, relayPid, db, owned: !!relay, steps: [], notes: [], revision, initialRss: relayPid ? rssBytes(relayPid) : undefined };
-    say(`relay ${url}; ${k6Version(k6)}`);
+    const ctx: Context = { a, k6, url, relays: targets, db, owned: !!relays, steps: [], notes: [], revision };
+    ctx.initialRss = relaysRss(relayProcesses(ctx));
+    say(`relay ${targets.map((r) => r.url).join(', ')}; ${k6Version(k6)}`);
     if (a.scenario === 'query') await runQuery(ctx);
     else if (a.scenario === 'publish') await runPublish(ctx);
     else if (a.scenario === 'fanout') await runFanout(ctx);
@@ -405,7 +446,7 @@ async function main(): Promise<void> {
     await writeReport(ctx, startedAt, loadBefore);
   } finally {
     await db?.close();
-    await relay?.stop();
+    await relays?.stop();
   }
 }
 
@@ -451,6 +492,12 @@ async function writeReport(ctx: Context, startedAt: Date, loadBefore: number): P
   await render(results, ctx.a.out);
 }
 
+/** How the relays were run, when this runner started them (WORKERS, relay processes on one database). */
+function relaySetup(a: Args): string {
+  if (a.url || a.workers === undefined) return ''; // results.json of an older runner has neither
+  return ` with WORKERS=${a.workers}` + (a.relays > 1 ? `, ${a.relays} relay processes on one database` : '');
+}
+
 /** results.json → results.md and latency.svg in `out`. */
 async function render(r: Results, out: string): Promise<void> {
   const a = r.args;
@@ -465,7 +512,7 @@ async function render(r: Results, out: string): Promise<void> {
     `## ${a.scenario}: ${spec.latencyLabel} (${mode})`,
     '',
     `\`${r.command}\` — ${r.startedAt.slice(0, 16).replace('T', ' ')} UTC, ${a.scenario === 'connections' ? `ramp ${a.ramp}, hold ${a.hold}` : `${a.duration} per step`}; ` +
-      `relay ${r.revision ?? 'unknown revision'}; machine: ${r.machine}; ${r.k6}; relay and k6 on the same machine; load average ${r.loadAverage.start.toFixed(1)} at the start, ${r.loadAverage.end.toFixed(1)} at the end.`,
+      `relay ${r.revision ?? 'unknown revision'}${relaySetup(a)}; machine: ${r.machine}; ${r.k6}; relay and k6 on the same machine; load average ${r.loadAverage.start.toFixed(1)} at the start, ${r.loadAverage.end.toFixed(1)} at the end.`,
     '',
     ladderTable(a.scenario, r.steps, xLabel),
     '',

@@ -133,8 +133,22 @@ function verdict(r: Row): string {
   return r.crossed.length ? `✗ ${r.crossed.join('; ')}` : '✓';
 }
 
-/** Extra per-scenario columns: header and cell. */
-function extraColumns(scenario: ScenarioName): Array<[string, (s: Step) => string]> {
+/** p50 / p95 / p99 of a latency metric, in one cell. */
+function percentiles(s: Step, metric: string): string {
+  if (!(stat(s.summary, metric, 'count') > 0)) return '–';
+  return ['p(50)', 'p(95)', 'p(99)'].map((p) => fmtMs(stat(s.summary, metric, p))).join(' / ');
+}
+
+/** fanout over several relays (RELAY_URLS): deliveries to the publisher's relay and to the others. */
+const BY_RELAY = ['delivery_same_ms', 'delivery_other_ms', 'deliveries_missed_same', 'deliveries_missed_other'];
+const byRelayColumns: Array<[string, (s: Step) => string]> = [
+  ["publisher's relay p50 / p95 / p99", (s) => percentiles(s, 'delivery_same_ms')],
+  ['other relays p50 / p95 / p99', (s) => percentiles(s, 'delivery_other_ms')],
+  ["missed publisher's / other", (s) => `${fmtNum(stat(s.summary, 'deliveries_missed_same', 'count') || 0)} / ${fmtNum(stat(s.summary, 'deliveries_missed_other', 'count') || 0)}`],
+];
+
+/** Extra per-scenario columns (some only when a step has their metrics): header and cell. */
+function extraColumns(scenario: ScenarioName, steps: Step[]): Array<[string, (s: Step) => string]> {
   switch (scenario) {
     case 'query':
       return [
@@ -147,6 +161,7 @@ function extraColumns(scenario: ScenarioName): Array<[string, (s: Step) => strin
       return [
         ['events', (s) => fmtNum(stat(s.summary, 'ok_ms', 'count'))],
         ['missed', (s) => fmtNum(stat(s.summary, 'deliveries_missed', 'count') || 0)],
+        ...(steps.some((s) => BY_RELAY.some((m) => m in s.summary.metrics)) ? byRelayColumns : []),
         ['publish lag p95', (s) => fmtMs(stat(s.summary, 'publish_lag_ms', 'p(95)'))],
         ['OK p95', (s) => fmtMs(stat(s.summary, 'ok_ms', 'p(95)'))],
       ];
@@ -165,7 +180,7 @@ function extraColumns(scenario: ScenarioName): Array<[string, (s: Step) => strin
 /** The ladder table: one row per step, latency in ms, throughput, errors, CPU and the threshold verdict. */
 export function ladderTable(scenario: ScenarioName, steps: Step[], xLabel = SCENARIOS[scenario].xLabel): string {
   const spec = SCENARIOS[scenario];
-  const extras = extraColumns(scenario);
+  const extras = extraColumns(scenario, steps);
   const header = [xLabel, 'samples', 'p50', 'p90', 'p95', 'p99', 'max', spec.throughputLabel, ...extras.map(([h]) => h), 'errors', 'relay CPU', 'PG CPU', 'k6 CPU', 'thresholds'];
   const align = header.map((_, i) => (i === header.length - 1 ? '---' : '---:'));
   const lines = [`| ${header.join(' | ')} |`, `|${align.join('|')}|`];
