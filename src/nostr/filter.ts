@@ -22,6 +22,8 @@ export interface Filter {
    * the connection's live set of authenticated pubkeys, so a later AUTH widens live delivery.
    */
   privateKinds?: PrivateKinds;
+  /** The first value of the filter's first `#tag` key, as sent: the NIP-45 HLL offset (nostr/hll.ts). */
+  firstTagValue?: string;
 }
 
 export interface PrivateKinds {
@@ -78,6 +80,7 @@ export function parseFilter(input: unknown, limits: FilterLimits): Checked<Filte
       filter.limit = Math.min(v, limits.maxLimit);
     } else if (key.startsWith('#') && isIndexableTagName(key.slice(1))) {
       const name = key.slice(1);
+      if (filter.tags.length === 0 && Array.isArray(v) && typeof v[0] === 'string') filter.firstTagValue = v[0];
       if (HEX_TAGS.has(name)) {
         const list = hexList(key, v, limits);
         if (!list.ok) return list;

@@ -68,6 +68,7 @@ export function authMessage(challenge: string): string {
   return JSON.stringify(['AUTH', challenge]);
 }
 
-export function countMessage(subId: string, count: number): string {
-  return JSON.stringify(['COUNT', subId, { count }]);
+/** NIP-45: the count, and the HyperLogLog registers (nostr/hll.ts) when the filters have an offset. */
+export function countMessage(subId: string, count: number, hll?: string): string {
+  return JSON.stringify(['COUNT', subId, hll === undefined ? { count } : { count, hll }]);
 }

@@ -300,10 +300,28 @@ export function reqToSql(filters: Filter[], now: number, prelude: Prelude = noPr
 }
 
 /** NIP-45: one count over the union of the filters (limit ignored), each event counted once. */
-export function countToSql(filters: Filter[], now: number): SqlQuery | undefined {
+/**
+ * One count for the union of the filters. With `hllOffset` (NIP-45, nostr/hll.ts) also the
+ * HyperLogLog registers of the matching events' pubkeys, in the same scan: for each distinct pubkey,
+ * register = its byte at the offset, value = 1 + the leading zero bits of the 7 bytes after it (at
+ * most 57, as the reference scans 7 bytes); the maximum per register. No row leaves PostgreSQL.
+ */
+export function countToSql(filters: Filter[], now: number, hllOffset?: number): SqlQuery | undefined {
   const matching = filters.filter((f) => !matchesNothing(f)).flatMap(sqlFilters);
   if (matching.length === 0) return undefined;
   const { values, add } = parameters();
-  const parts = matching.map((f) => `SELECT e.id FROM events e WHERE ${eventConditions(f, add, 'e', now).join(' AND ')}`);
-  return { text: `SELECT count(*)::bigint AS count FROM (${parts.join(' UNION ')}) u`, values };
+  const parts = matching.map((f) => `SELECT e.id, e.pubkey FROM events e WHERE ${eventConditions(f, add, 'e', now).join(' AND ')}`);
+  const union = parts.join(' UNION ');
+  if (hllOffset === undefined) return { text: `SELECT count(*)::bigint AS count FROM (${union}) u`, values };
+  const offset = add(hllOffset);
+  return {
+    text: `WITH m AS MATERIALIZED (${union}),
+      r AS (SELECT get_byte(pubkey, ${offset}::int) AS register,
+                   position('1' IN (('x' || encode(substring(pubkey FROM ${offset}::int + 2 FOR 7), 'hex'))::bit(56))::text) AS first_one
+              FROM (SELECT DISTINCT pubkey FROM m) p)
+      SELECT (SELECT count(*) FROM m)::bigint AS count,
+             (SELECT coalesce(json_agg(json_build_array(register, v)), '[]') FROM
+                (SELECT register, max(CASE first_one WHEN 0 THEN 57 ELSE first_one END) AS v FROM r GROUP BY register) g) AS hll`,
+    values,
+  };
 }

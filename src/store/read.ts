@@ -3,6 +3,7 @@
 import type pg from 'pg';
 import Cursor from 'pg-cursor';
 import type { Filter } from '../nostr/filter.js';
+import { hllHex } from '../nostr/hll.js';
 import { namedCursor } from './prepared-cursor.js';
 import { countToSql, readPrelude, reqToSql, storedQueryFilters } from './query.js';
 
@@ -65,8 +66,13 @@ async function tidyUp(client: pg.PoolClient, cursor: Cursor<unknown> | undefined
 }
 
 export async function countEvents(pool: pg.Pool, filters: Filter[], now: number): Promise<number> {
-  const sql = countToSql(filters, now);
-  if (!sql) return 0;
-  const { rows } = await pool.query<{ count: string }>(sql.text, sql.values);
-  return Number(rows[0].count);
+  return (await countWithHll(pool, filters, now)).count;
+}
+
+/** NIP-45: the count and, with an offset (nostr/hll.ts hllOffset), the HLL registers as hex. */
+export async function countWithHll(pool: pg.Pool, filters: Filter[], now: number, hllOffset?: number): Promise<{ count: number; hll?: string }> {
+  const sql = countToSql(filters, now, hllOffset);
+  if (!sql) return { count: 0, hll: hllOffset === undefined ? undefined : hllHex([]) };
+  const { rows } = await pool.query<{ count: string; hll?: Array<[number, number]> }>(sql.text, sql.values);
+  return { count: Number(rows[0].count), hll: rows[0].hll && hllHex(rows[0].hll) };
 }
