@@ -5,6 +5,7 @@ import * as events from './20261122000001_events.js';
 import * as opsCheckpoints from './20261201000001_ops_checkpoints.js';
 import * as moderation from './20261224000001_moderation.js';
 import * as liveFeed from './20261226000001_live_feed.js';
+import * as vanish from './20261227000001_vanish.js';
 
 export interface Migration {
   up(knex: Knex): Promise<void>;
@@ -16,4 +17,5 @@ export const migrations: Record<string, Migration> = {
   '20261201000001_ops_checkpoints': opsCheckpoints,
   '20261224000001_moderation': moderation,
   '20261226000001_live_feed': liveFeed,
+  '20261227000001_vanish': vanish,
 };

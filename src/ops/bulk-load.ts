@@ -44,7 +44,7 @@ import { BinaryCopyWriter } from './binary-copy.js';
 import * as reason from '../nostr/reason.js';
 import { hasSqlState, inSqlStateClass, SQLSTATE } from '../store/pg-errors.js';
 import type { PreparedEvent, WriteResult } from '../store/prepared-event.js';
-import { applyDeletions, deleteReplaced, readFacts, takeLocks, writeBatch } from '../store/write.js';
+import { applyDeletions, applyVanishes, deleteReplaced, readFacts, takeLocks, writeBatch } from '../store/write.js';
 
 /**
  * The largest chunk the importers accept: two chunks in flight hold two chunks' worth of advisory
@@ -69,6 +69,8 @@ export interface BulkOptions {
    * check is ~40% of the cost of a tag row. Needs a superuser or the SET privilege on the parameter.
    */
   skipTagForeignKeyCheck: boolean;
+  /** This relay's name, for NIP-62 requests in the input (policy.relay). */
+  relay?: string;
 }
 
 /** Whether this connection may skip the tag foreign-key check (see BulkOptions). */
@@ -209,7 +211,7 @@ export class BulkWriter {
         await previous.done;
         if (err instanceof StartOver || (isTransient(err) && tries < 5)) continue;
         if (!isDataError(err)) throw err;
-        return writeSplitting(this.pool, chunk);
+        return writeSplitting(this.pool, chunk, this.options.relay);
       } finally {
         locked.resolve();
       }
@@ -228,9 +230,10 @@ export class BulkWriter {
       onLocked();
       const facts = await readFacts(client, chunk);
       const hadVersion = new Set(facts.current.keys());
-      const plan = planBatch(chunk, facts);
+      const plan = planBatch(chunk, facts, { relay: this.options.relay });
 
       await deleteReplaced(client, plan);
+      await applyVanishes(client, plan.vanishes);
       const rows = new EventRows(plan.inserts.length);
       for (const p of plan.inserts) rows.add(p);
       await copyRows(client, rows.finish(), this.options);
@@ -266,12 +269,12 @@ async function storedAddresses(pool: pg.Pool, items: PreparedEvent[]): Promise<S
  * A chunk PostgreSQL refused because of some event's data: through writeBatch, halving until that
  * event is isolated, so it alone is refused and its neighbours are written.
  */
-async function writeSplitting(pool: pg.Pool, chunk: PreparedEvent[]): Promise<ChunkOutcome> {
+async function writeSplitting(pool: pg.Pool, chunk: PreparedEvent[], relay: string | undefined): Promise<ChunkOutcome> {
   const hadVersion = await storedAddresses(pool, chunk);
   const results: WriteResult[] = [];
   const write = async (part: PreparedEvent[]): Promise<void> => {
     try {
-      results.push(...(await writeBatch(pool, part)));
+      results.push(...(await writeBatch(pool, part, { relay })));
     } catch (err) {
       if (!isDataError(err)) throw err;
       if (part.length === 1) {

@@ -84,7 +84,7 @@ export async function importJsonl(pool: pg.Pool, input: Readable, options: Impor
     options.onRefused?.(line, reason);
   };
   if (options.totalBytes) progress.setTotal(options.totalBytes);
-  const writer = new ImportWriter(pool, await bulkOptions(pool));
+  const writer = new ImportWriter(pool, { ...(await bulkOptions(pool)), relay: options.policy.relay });
 
   // Batches go through one chain (await the verdicts, then hand over to the writer, which writes two
   // at a time in the order handed over), so writes stay in input order; reading runs up to AHEAD

@@ -6,7 +6,7 @@ import type { Config } from '../config.js';
 import type { NostrEvent } from '../nostr/event.js';
 import type { Filter } from '../nostr/filter.js';
 import type { Reason } from '../nostr/reason.js';
-import { authEventAsEvent, authRequiredForReads, authRequiredForWrites } from './auth.js';
+import { authEventAsEvent, authRequiredForReads, authRequiredForWrites, relayIdentity } from './auth.js';
 import { alreadyExpired } from './expiration.js';
 import { addressTooLong, limitRules, limitsFrom, type Limits } from './limits.js';
 import { moderationRules, staticModeration, type ModerationSource } from './moderation.js';
@@ -14,6 +14,7 @@ import { powRule } from './pow.js';
 import { privateKindsRule } from './private-kinds.js';
 import { protectedEvent, repostOfProtected } from './protected.js';
 import type { ReadRule, Session, WriteRule } from './session.js';
+import { vanishWithoutRelay } from './vanish.js';
 
 const present = <T>(rules: Array<T | undefined>): T[] => rules.filter((r): r is T => r !== undefined);
 
@@ -23,6 +24,8 @@ export interface Policy {
   read: readonly ReadRule[];
   /** The operator's lists the moderation rules read (swapped by the relay when they change). */
   moderation: ModerationSource;
+  /** This relay's name (RELAY_URL as relayIdentity gives it), for NIP-62 requests; none without RELAY_URL. */
+  relay: string | undefined;
 }
 
 /** `moderation`: where the current lists are (store/moderation.ts); none by default. */
@@ -38,9 +41,10 @@ export function policyFrom(config: Config, moderation: ModerationSource = static
     repostOfProtected,
     alreadyExpired,
     addressTooLong,
+    vanishWithoutRelay,
   ]);
   const read = present<ReadRule>([authRequiredForReads(config.AUTH_REQUIRED), privateKindsRule(config.RESTRICTED_READ_KINDS)]);
-  return { limits, write, read, moderation };
+  return { limits, write, read, moderation, relay: config.RELAY_URL === undefined ? undefined : relayIdentity(config.RELAY_URL) };
 }
 
 /** The first write rule's refusal, or undefined when every rule lets the event through. */

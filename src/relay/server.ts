@@ -129,6 +129,7 @@ export async function startRelay(config: Config, db: PrimaryDatabase, log: Logge
     concurrency: config.WRITE_CONCURRENCY,
     changes,
     own: feed,
+    relay: policy.relay,
     onBatch: (batch) => metrics.batch(batch),
   });
   const ctx: RelayContext = {

@@ -5,6 +5,7 @@
 import { HEX64 } from '../nostr/event.js';
 import { KIND_DELETION, KIND_GIFT_WRAP, KIND_VANISH, kindClass } from '../nostr/kinds.js';
 import * as reason from '../nostr/reason.js';
+import { vanishNamesRelay } from '../policy/vanish.js';
 import type { PreparedEvent, WriteResult } from './prepared-event.js';
 
 /** What the database holds that bears on a batch (read under the batch's advisory locks). */
@@ -17,6 +18,15 @@ export interface StoredFacts {
   deletedAddresses: Map<string, number>;
   /** Address → the stored current version. */
   current: Map<string, { id: string; createdAt: number }>;
+  /** NIP-62: pubkey (of the batch's events, or p-tagged by its gift wraps) → vanished up to this created_at. */
+  vanished: Map<string, number>;
+}
+
+/** A NIP-62 request addressed to this relay: delete and refuse the pubkey's events up to `until`. */
+export interface VanishRequest {
+  pubkey: string;
+  until: number;
+  id: string;
 }
 
 export interface DeletionRequest {
@@ -33,10 +43,28 @@ export interface BatchPlan {
   replacedIds: string[];
   /** Kind 5 requests to apply to stored events. */
   deletions: DeletionRequest[];
+  /** Kind 62 requests to apply to stored events (before the inserts: write.ts applyVanishes). */
+  vanishes: VanishRequest[];
+}
+
+/** Planning options: this relay's name, to tell which kind 62 requests are addressed to it. */
+export interface PlanOptions {
+  relay?: string;
 }
 
 export const NEWER_VERSION_STORED = reason.blocked('a newer version of this event is stored');
 export const DELETED_BY_AUTHOR = reason.blocked('this event was deleted by its author');
+export const VANISHED = reason.blocked('this pubkey asked this relay to delete its events up to this time (NIP-62)');
+
+/** The pubkeys a gift wrap is addressed to: a request to vanish deletes the wraps to its author too. */
+function wrapRecipients(p: PreparedEvent): string[] {
+  return p.event.kind === KIND_GIFT_WRAP ? p.tags.filter(([n, v]) => n === 'p' && HEX64.test(v)).map(([, v]) => v) : [];
+}
+
+/** The pubkeys whose NIP-62 tombstones bear on `p`: its author's, and a gift wrap's recipients'. */
+export function vanishKeys(p: PreparedEvent): string[] {
+  return [p.event.pubkey, ...wrapRecipients(p)];
+}
 
 /** NIP-09 targets of a kind 5: `e` ids, and `a` addresses of its own author (replaceable d = ""). */
 export function deletionTargets(p: PreparedEvent): DeletionRequest {
@@ -85,11 +113,13 @@ function deletes(d: DeletionRequest, p: PreparedEvent): boolean {
   return d.ids.includes(p.event.id) && mayDeleteById(d.pubkey, p);
 }
 
-export function planBatch(batch: PreparedEvent[], facts: StoredFacts): BatchPlan {
+export function planBatch(batch: PreparedEvent[], facts: StoredFacts, options: PlanOptions = {}): BatchPlan {
   const results: WriteResult[] = [];
   const pending = new Map<string, PreparedEvent>(); // id → event to insert, in arrival order
   const replacedIds: string[] = [];
   const deletions: DeletionRequest[] = [];
+  const vanishes: VanishRequest[] = [];
+  const vanished = new Map(facts.vanished);
   const seen = new Set<string>();
   // Facts as they evolve through the batch.
   const current = new Map(facts.current);
@@ -97,13 +127,20 @@ export function planBatch(batch: PreparedEvent[], facts: StoredFacts): BatchPlan
   const deletedAddresses = new Map(facts.deletedAddresses);
 
   const isDeleted = (p: PreparedEvent) => {
-    if (p.event.kind === KIND_DELETION) return false;
+    // A kind 5 never deletes a kind 5 nor a kind 62 (NIP-62: it has no effect), in either order.
+    if (UNDELETABLE.has(p.event.kind)) return false;
     const requesters = deletedIds.get(p.event.id);
     if (requesters && [...requesters].some((pk) => mayDeleteById(pk, p))) return true;
     const address = addressOf(p);
     const until = address === undefined ? undefined : deletedAddresses.get(address);
     return until !== undefined && p.event.created_at <= until;
   };
+
+  const isVanished = (p: PreparedEvent) =>
+    vanishKeys(p).some((pk) => {
+      const until = vanished.get(pk);
+      return until !== undefined && p.event.created_at <= until;
+    });
 
   for (const p of batch) {
     const { id, created_at } = p.event;
@@ -113,6 +150,10 @@ export function planBatch(batch: PreparedEvent[], facts: StoredFacts): BatchPlan
     }
     if (isDeleted(p)) {
       results.push({ status: 'rejected', reason: DELETED_BY_AUTHOR });
+      continue;
+    }
+    if (isVanished(p)) {
+      results.push({ status: 'rejected', reason: VANISHED });
       continue;
     }
     const address = addressOf(p);
@@ -160,6 +201,18 @@ export function planBatch(batch: PreparedEvent[], facts: StoredFacts): BatchPlan
         if (qAddress !== undefined && current.get(qAddress)?.id === pendingId) current.delete(qAddress);
       }
     }
+
+    if (vanishNamesRelay(p.event, options.relay)) {
+      // NIP-62: every event of the pubkey up to the request, and the gift wraps to it, go: stored ones
+      // by applyVanishes (before the inserts), this batch's earlier ones here; later ones are refused.
+      const pubkey = p.event.pubkey;
+      vanishes.push({ pubkey, until: created_at, id });
+      vanished.set(pubkey, Math.max(vanished.get(pubkey) ?? 0, created_at));
+      const covered = (q: PreparedEvent) => q !== p && q.event.created_at <= created_at && (q.event.pubkey === pubkey || wrapRecipients(q).includes(pubkey));
+      for (const [pendingId, q] of pending) if (covered(q)) pending.delete(pendingId);
+      // Versions up to the request are gone (this batch's just now, stored ones by applyVanishes).
+      for (const [address, cur] of current) if (address.split(':')[1] === pubkey && cur.createdAt <= created_at) current.delete(address);
+    }
   }
-  return { results, inserts: [...pending.values()], replacedIds, deletions };
+  return { results, inserts: [...pending.values()], replacedIds, deletions, vanishes };
 }

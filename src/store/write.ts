@@ -4,7 +4,7 @@
 // after this commits, so an acknowledged event is durable.
 import type pg from 'pg';
 import { KIND_DELETION, KIND_GIFT_WRAP, KIND_VANISH } from '../nostr/kinds.js';
-import { addressKey, addressOf, deletionTargets, planBatch, type BatchPlan, type DeletionRequest, type StoredFacts } from './plan-batch.js';
+import { addressKey, addressOf, deletionTargets, planBatch, vanishKeys, type BatchPlan, type DeletionRequest, type StoredFacts, type VanishRequest } from './plan-batch.js';
 import { lsnValue } from './lsn.js';
 import type { PreparedEvent, WriteResult } from './prepared-event.js';
 
@@ -36,6 +36,8 @@ export async function takeLocks(client: pg.PoolClient, batch: PreparedEvent[]): 
   const keys = new Set<string>();
   for (const p of batch) {
     keys.add(p.event.id);
+    // NIP-62: a request to vanish and an event it covers (by author, or a gift wrap to it) serialise.
+    for (const pk of vanishKeys(p)) keys.add('vanish:' + pk);
     const address = addressOf(p);
     if (address) keys.add(address);
     if (p.event.kind === KIND_DELETION) {
@@ -62,7 +64,13 @@ export async function takeLocks(client: pg.PoolClient, batch: PreparedEvent[]): 
 export async function readFacts(client: pg.PoolClient, batch: PreparedEvent[]): Promise<StoredFacts> {
   const ids = batch.map((p) => p.event.id);
   const addressed = batch.filter((p) => p.dTag !== null);
-  const { rows } = await client.query<{ existing: string[]; deletions: Array<[string, string, number, string]>; current: Array<[string, number, string, string, number]> }>(
+  const vanishers = [...new Set(batch.flatMap(vanishKeys))];
+  const { rows } = await client.query<{
+    existing: string[];
+    deletions: Array<[string, string, number, string]>;
+    current: Array<[string, number, string, string, number]>;
+    vanished: Array<[string, number]>;
+  }>(
     `SELECT
        (SELECT coalesce(json_agg(encode(e.id, 'hex')), '[]')
           FROM unnest($1::bytea[]) AS k(id)
@@ -76,7 +84,9 @@ export async function readFacts(client: pg.PoolClient, batch: PreparedEvent[]): 
           FROM unnest($4::bytea[], $5::int[], $6::text[]) AS k(pubkey, kind, d_tag)
           CROSS JOIN LATERAL (
             SELECT e.pubkey, e.kind, e.d_tag, e.id, e.created_at FROM events e
-             WHERE e.pubkey = k.pubkey AND e.kind = k.kind AND e.d_tag = k.d_tag OFFSET 0) e) AS current`,
+             WHERE e.pubkey = k.pubkey AND e.kind = k.kind AND e.d_tag = k.d_tag OFFSET 0) e) AS current,
+       (SELECT coalesce(json_agg(json_build_array(encode(v.pubkey, 'hex'), v.until)), '[]')
+          FROM vanished v WHERE v.pubkey = ANY($7::bytea[])) AS vanished`,
     [
       ids.map(hex),
       ids,
@@ -84,10 +94,17 @@ export async function readFacts(client: pg.PoolClient, batch: PreparedEvent[]): 
       addressed.map((p) => hex(p.event.pubkey)),
       addressed.map((p) => p.event.kind),
       addressed.map((p) => p.dTag),
+      vanishers.map(hex),
     ],
   );
-  const { existing, deletions, current } = rows[0];
-  const facts: StoredFacts = { existingIds: new Set(existing), deletedIds: new Map(), deletedAddresses: new Map(), current: new Map() };
+  const { existing, deletions, current, vanished } = rows[0];
+  const facts: StoredFacts = {
+    existingIds: new Set(existing),
+    deletedIds: new Map(),
+    deletedAddresses: new Map(),
+    current: new Map(),
+    vanished: new Map(vanished.map(([pubkey, until]) => [pubkey, Number(until)])),
+  };
   for (const [name, value, createdAt, pubkey] of deletions) {
     if (name === 'e') {
       const pks = facts.deletedIds.get(value) ?? new Set<string>();
@@ -144,6 +161,36 @@ export async function applyDeletions(client: pg.PoolClient, deletions: DeletionR
       [byAddress.pubkeys, byAddress.kinds, byAddress.dTags, byAddress.until],
     );
   }
+}
+
+/**
+ * NIP-62: records each request's tombstone and deletes, for good, every stored event of its pubkey up
+ * to it (kind 5 and earlier kind 62 included) and every gift wrap p-tagging it up to it. Runs before
+ * the batch's inserts, so the batch's own newer events stay.
+ */
+export async function applyVanishes(client: pg.PoolClient, vanishes: VanishRequest[]): Promise<void> {
+  if (vanishes.length === 0) return;
+  // A large account's deletion outlasts QUERY_TIMEOUT_MS (1M events: see docs/benchmarks.md); were it
+  // cancelled, the request could never be stored. Only this transaction goes without the limit.
+  await client.query('SET LOCAL statement_timeout = 0');
+  const params = [vanishes.map((v) => hex(v.pubkey)), vanishes.map((v) => v.until), vanishes.map((v) => hex(v.id)), vanishes.map((v) => v.pubkey)];
+  await client.query(
+    `WITH tomb AS (
+       INSERT INTO vanished (pubkey, until, request_id)
+       SELECT DISTINCT ON (pubkey) * FROM unnest($1::bytea[], $2::bigint[], $3::bytea[]) AS v(pubkey, until, request_id) ORDER BY pubkey, until DESC
+       ON CONFLICT (pubkey) DO UPDATE SET until = greatest(vanished.until, EXCLUDED.until),
+         request_id = CASE WHEN EXCLUDED.until > vanished.until THEN EXCLUDED.request_id ELSE vanished.request_id END,
+         vanished_at = now()
+     ), own AS (
+       DELETE FROM events e USING unnest($1::bytea[], $2::bigint[]) AS v(pubkey, until)
+        WHERE e.pubkey = v.pubkey AND e.created_at <= v.until
+     )
+     DELETE FROM events e USING (
+       SELECT t.event_id FROM unnest($4::text[], $2::bigint[]) AS v(pubkey, until)
+         JOIN event_tags t ON t.name = 'p' AND t.value = v.pubkey AND t.kind = ${KIND_GIFT_WRAP} AND t.created_at <= v.until) w
+      WHERE e.id = w.event_id`,
+    params,
+  );
 }
 
 /**
@@ -206,21 +253,29 @@ export interface WrittenBatch {
  * what this process announces itself: told the transaction's id before COMMIT, and told again if the
  * commit fails (then the feed delivers whatever the database says was committed after all).
  */
+export interface WriteOptions {
+  /** Told the transaction's id before COMMIT (feed.ts). */
+  own?: OwnTransactions;
+  /** This relay's name, for NIP-62 requests (plan-batch.ts PlanOptions). */
+  relay?: string;
+}
+
 export interface OwnTransactions {
   claim(txid: string): void;
   release(txid: string): void;
 }
 
 /** Writes a batch atomically and says what it stored. Database errors reject the whole batch. */
-export async function writeBatchStored(pool: pg.Pool, batch: PreparedEvent[], own?: OwnTransactions): Promise<WrittenBatch> {
+export async function writeBatchStored(pool: pg.Pool, batch: PreparedEvent[], { own, relay }: WriteOptions = {}): Promise<WrittenBatch> {
   if (batch.length === 0) return { results: [], stored: [], lsn: 0n };
   const client = await pool.connect();
   let txid: string | undefined;
   try {
     await client.query('BEGIN');
     await takeLocks(client, batch);
-    const plan = planBatch(batch, await readFacts(client, batch));
+    const plan = planBatch(batch, await readFacts(client, batch), { relay });
     await deleteReplaced(client, plan);
+    await applyVanishes(client, plan.vanishes);
     const inserted = await insertRows(client, plan.inserts);
     await applyDeletions(client, plan.deletions);
     txid = inserted.txid;
@@ -244,8 +299,8 @@ export async function writeBatchStored(pool: pg.Pool, batch: PreparedEvent[], ow
 }
 
 /** Writes a batch atomically; results are in batch order. Database errors reject the whole batch. */
-export async function writeBatch(pool: pg.Pool, batch: PreparedEvent[]): Promise<WriteResult[]> {
-  return (await writeBatchStored(pool, batch)).results;
+export async function writeBatch(pool: pg.Pool, batch: PreparedEvent[], options: WriteOptions = {}): Promise<WriteResult[]> {
+  return (await writeBatchStored(pool, batch, options)).results;
 }
 
 /** Writes one event: a batch of one, so single writes follow exactly the same rules. */

@@ -40,6 +40,8 @@ export interface WriterOptions {
   changes?: ChangeStream;
   /** Told each transaction's id before it commits (feed.ts: not to announce it twice). */
   own?: OwnTransactions;
+  /** This relay's name, for NIP-62 requests (policy.relay). */
+  relay?: string;
   /** Told each transaction's size and time, committed or not (metrics). */
   onBatch?: (batch: { events: number; seconds: number; committed: boolean }) => void;
 }
@@ -94,7 +96,7 @@ export class EventWriter {
   private async write(batch: Pending[]): Promise<void> {
     const started = performance.now();
     try {
-      const { results, stored, lsn } = await writeBatchStored(this.pool, batch.map((p) => p.event), this.options.own);
+      const { results, stored, lsn } = await writeBatchStored(this.pool, batch.map((p) => p.event), { own: this.options.own, relay: this.options.relay });
       // Before any OK: a client that sends a REQ after its OK must find a replica that has its event.
       this.options.changes?.advance(lsn);
       this.stats.batches++;

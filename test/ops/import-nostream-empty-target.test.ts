@@ -86,11 +86,11 @@ const relayList = alice.sign({ kind: 10002, created_at: t + 76, tags: [['r', 'ws
 const relayListDeletion = alice.sign({ kind: 5, created_at: t + 77, tags: [['e', relayList.id]] });
 const otherList = carol.sign({ kind: 10000, created_at: t + 78, tags: [['p', bob.pubkey]] });
 
-// Kind 62: a kind 5 that comes after it does not delete it; one that comes first blocks it.
-const vanish = alice.sign({ kind: 62, created_at: t + 80, tags: [['relay', 'ALL_RELAYS']] });
+// Kind 62 (naming another relay, so it deletes nothing here): a kind 5 naming it has no effect, after it or before it.
+const vanish = alice.sign({ kind: 62, created_at: t + 80, tags: [['relay', 'wss://another-relay.example']] });
 const vanishDeletion = signOrdered(alice, { kind: 5, created_at: t + 81, tags: [['e', vanish.id]] }, 'after', vanish);
-const vanishBlocked = bob.sign({ kind: 62, created_at: t + 82, tags: [['relay', 'ALL_RELAYS']] });
-const vanishBlockedDeletion = signOrdered(bob, { kind: 5, created_at: t + 83, tags: [['e', vanishBlocked.id]] }, 'before', vanishBlocked);
+const vanishAfterDeletion = bob.sign({ kind: 62, created_at: t + 82, tags: [['relay', 'wss://another-relay.example']] });
+const vanishEarlierDeletion = signOrdered(bob, { kind: 5, created_at: t + 83, tags: [['e', vanishAfterDeletion.id]] }, 'before', vanishAfterDeletion);
 // Gift wraps deleted by their recipient's kind 5, in both orders: refused when the kind 5 came
 // first, deleted when it came after. Each pair is far apart in event_id order, so the kind 5 and
 // its wrap land in different batches (and phases).
@@ -126,7 +126,7 @@ const rows: Row[] = [
   { event: softDeletedDeletion, deleted: true },
   ...[...profiles, profileDeletion, ...contacts, ...articleVersions].map((event) => ({ event })),
   ...[articleA, articleADeletion, articleB, articleBDeletion, articleNewer, articleNewerDeletion, relayList, relayListDeletion, otherList].map((event) => ({ event })),
-  ...[vanish, vanishDeletion, vanishBlocked, vanishBlockedDeletion, wrapRefused, wrapRefusedDeletion, wrapDeleted, wrapDeletedDeletion, ephemeral, expiredByTag, badKind].map((event) => ({ event })),
+  ...[vanish, vanishDeletion, vanishAfterDeletion, vanishEarlierDeletion, wrapRefused, wrapRefusedDeletion, wrapDeleted, wrapDeletedDeletion, ephemeral, expiredByTag, badKind].map((event) => ({ event })),
   { event: expiredByColumn, expiresAt: t + 200 },
   { event: softDeleted, deleted: true },
   { event: softDeletedProfile, deleted: true },
@@ -208,10 +208,10 @@ describe('import-nostream --empty-target', () => {
 
       // Not vacuous: the cases are there, as the relay's rules decide them.
       const stored = await storedIds(db.pool);
-      for (const e of [...notes, escapes, expiresLater, notBobs, spared, profiles[2], contacts[2].id < contacts[1].id ? contacts[2] : contacts[1], articleVersions[1], articleNewer, otherList, vanish, untagged, untaggedContacts, untaggedArticle, untaggedNewer]) {
+      for (const e of [...notes, escapes, expiresLater, notBobs, spared, profiles[2], contacts[2].id < contacts[1].id ? contacts[2] : contacts[1], articleVersions[1], articleNewer, otherList, vanish, vanishAfterDeletion, untagged, untaggedContacts, untaggedArticle, untaggedNewer]) {
         expect(stored.has(e.id), `${e.kind} ${e.content} stored`).toBe(true);
       }
-      for (const e of [deletedBefore, deletedAfter, profiles[0], profiles[1], articleA, articleB, relayList, vanishBlocked, wrapRefused, wrapDeleted, contacts[0], contacts[3], softDeleted, tampered, emptyDOlder, tagsLost]) {
+      for (const e of [deletedBefore, deletedAfter, profiles[0], profiles[1], articleA, articleB, relayList, wrapRefused, wrapDeleted, contacts[0], contacts[3], softDeleted, tampered, emptyDOlder, tagsLost]) {
         expect(stored.has(e.id), `${e.kind} ${e.content} gone`).toBe(false);
       }
       expect((await db.pool.query('SELECT count(*)::int AS n FROM events WHERE kind = 5')).rows[0].n).toBe(13);

@@ -60,7 +60,7 @@ describe('NIP-11', () => {
   it('lists the supported NIPs as integers, including the ones this relay implements', async () => {
     const info = await getInfo();
     expect(info.supported_nips.every((n: unknown) => Number.isInteger(n))).toBe(true);
-    expect(info.supported_nips).toEqual(expect.arrayContaining([1, 9, 11, 13, 40, 42, 45, 70]));
+    expect(info.supported_nips).toEqual(expect.arrayContaining([1, 9, 11, 13, 40, 42, 45, 62, 70]));
   });
 
   it('names the software by its homepage URL and gives the package version', async () => {

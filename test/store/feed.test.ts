@@ -136,7 +136,7 @@ describe('ChangeFeed', () => {
   it('leaves to the local writer what it claimed, and announces it if the commit fails', async () => {
     const { ids } = await startFeed();
     const e = event();
-    const written = await writeBatchStored(db.pool, [prepareEvent(e)], feed);
+    const written = await writeBatchStored(db.pool, [prepareEvent(e)], { own: feed });
     expect(written.stored.map((p) => p.event.id)).toEqual([e.id]);
     expect(written.lsn).toBeGreaterThan(0n);
     await settle();

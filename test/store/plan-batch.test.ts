@@ -5,7 +5,7 @@ import { DELETED_BY_AUTHOR, NEWER_VERSION_STORED, planBatch, type StoredFacts } 
 import { prepareEvent } from '../../src/store/prepared-event.js';
 import { newSigner, now } from '../support/keys.js';
 
-const empty = (): StoredFacts => ({ existingIds: new Set(), deletedIds: new Map(), deletedAddresses: new Map(), current: new Map() });
+const empty = (): StoredFacts => ({ existingIds: new Set(), deletedIds: new Map(), deletedAddresses: new Map(), current: new Map(), vanished: new Map() });
 const alice = newSigner();
 const bob = newSigner();
 const t = now() - 1000;

@@ -167,7 +167,7 @@ async function writeInOrder(
   progress: Progress,
 ): Promise<boolean> {
   const batchSize = options.batchSize ?? 5000;
-  const writer = new ImportWriter(target, await bulkOptions(target));
+  const writer = new ImportWriter(target, { ...(await bulkOptions(target)), relay: options.policy.relay });
   // Phase 2's rows are few among many: one query finds and sorts them (see streamedBatches).
   const read = ordered ? streamedBatches(source, table, position, batchSize, OrderedRows.sql) : keysetBatches(source, table, position, batchSize);
 
