@@ -258,6 +258,8 @@ export interface WriteOptions {
   own?: OwnTransactions;
   /** This relay's name, for NIP-62 requests (plan-batch.ts PlanOptions). */
   relay?: string;
+  /** Called once the transaction holds its advisory locks (writer.ts writeAside). */
+  onLocked?: () => void;
 }
 
 export interface OwnTransactions {
@@ -266,13 +268,14 @@ export interface OwnTransactions {
 }
 
 /** Writes a batch atomically and says what it stored. Database errors reject the whole batch. */
-export async function writeBatchStored(pool: pg.Pool, batch: PreparedEvent[], { own, relay }: WriteOptions = {}): Promise<WrittenBatch> {
+export async function writeBatchStored(pool: pg.Pool, batch: PreparedEvent[], { own, relay, onLocked }: WriteOptions = {}): Promise<WrittenBatch> {
   if (batch.length === 0) return { results: [], stored: [], lsn: 0n };
   const client = await pool.connect();
   let txid: string | undefined;
   try {
     await client.query('BEGIN');
     await takeLocks(client, batch);
+    onLocked?.();
     const plan = planBatch(batch, await readFacts(client, batch), { relay });
     await deleteReplaced(client, plan);
     await applyVanishes(client, plan.vanishes);

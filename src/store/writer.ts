@@ -6,6 +6,7 @@ import type { Logger } from '../log.js';
 import { inSqlStateClass } from './pg-errors.js';
 import type { PreparedEvent, WriteResult } from './prepared-event.js';
 import type { ChangeStream } from './changes.js';
+import { vanishNamesRelay } from '../policy/vanish.js';
 import { writeBatchStored, type OwnTransactions } from './write.js';
 
 export class WriterBusyError extends Error {}
@@ -49,6 +50,8 @@ export interface WriterOptions {
 export class EventWriter {
   private queue: Pending[] = [];
   private readonly flushing = new Set<Promise<void>>();
+  /** Requests to vanish written beside the batches (writeAside). */
+  private readonly aside = new Set<Promise<void>>();
   readonly stats: WriterStats = { batches: 0, events: 0, failedBatches: 0 };
   private readonly maxBatch: number;
   private readonly maxQueue: number;
@@ -85,18 +88,42 @@ export class EventWriter {
 
   /** Waits until every submitted event has been written (or has failed). */
   async drain(): Promise<void> {
-    while (this.flushing.size) await Promise.all(this.flushing);
+    while (this.flushing.size || this.aside.size) await Promise.all([...this.flushing, ...this.aside]);
   }
 
   /** Takes batches while there are events: whatever arrived during the last commit forms the next. */
   private async flushLoop(): Promise<void> {
-    while (this.queue.length) await this.write(this.queue.splice(0, this.maxBatch));
+    while (this.queue.length) {
+      const batch = this.queue.splice(0, this.maxBatch);
+      const at = batch.findIndex((p) => vanishNamesRelay(p.event.event, this.options.relay));
+      if (at < 0) {
+        await this.write(batch);
+        continue;
+      }
+      if (at > 0) await this.write(batch.slice(0, at));
+      this.queue.unshift(...batch.slice(at + 1));
+      await this.writeAside(batch[at]);
+    }
   }
 
-  private async write(batch: Pending[]): Promise<void> {
+  /**
+   * A NIP-62 request to vanish may delete a million rows (seconds): it gets its own transaction beside
+   * the batches that follow. Once it holds its locks (write.ts takeLocks: its pubkey's key), those
+   * batches go on; one with an event it covers waits for that key, and then sees the tombstone.
+   */
+  private async writeAside(request: Pending): Promise<void> {
+    let locked!: () => void;
+    const holdsLocks = new Promise<void>((resolve) => (locked = resolve));
+    const written: Promise<void> = this.write([request], locked).finally(() => this.aside.delete(written));
+    this.aside.add(written);
+    await Promise.race([holdsLocks, written]);
+  }
+
+  private async write(batch: Pending[], onLocked?: () => void): Promise<void> {
     const started = performance.now();
     try {
-      const { results, stored, lsn } = await writeBatchStored(this.pool, batch.map((p) => p.event), { own: this.options.own, relay: this.options.relay });
+      const options = { own: this.options.own, relay: this.options.relay, onLocked };
+      const { results, stored, lsn } = await writeBatchStored(this.pool, batch.map((p) => p.event), options);
       // Before any OK: a client that sends a REQ after its OK must find a replica that has its event.
       this.options.changes?.advance(lsn);
       this.stats.batches++;

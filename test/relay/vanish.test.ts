@@ -116,4 +116,28 @@ describe('NIP-62 request to vanish', () => {
     // And the tombstone holds for the relay afterwards.
     expect((await client.publish(before))[1]).toMatch(/^blocked: .*NIP-62/);
   });
+
+  it('does not hold up other publishers while it deletes a large account', async () => {
+    const [big, other] = [newSigner(), newSigner()];
+    const rows = 200_000;
+    const id = `decode(md5($1::text || i::text) || md5($1::text || (i + 1)::text || 'x'), 'hex')`;
+    await relay.db.pool.query(`INSERT INTO events (id, pubkey, kind, created_at, raw) SELECT ${id}, decode($1::text, 'hex'), 1, $2::bigint - i, '{}' FROM generate_series(1, ${rows}) i`, [big.pubkey, t - 100]);
+    await relay.db.pool.query(`INSERT INTO event_tags (event_id, name, value, kind, created_at) SELECT ${id}, 't', 'x', 1, $2::bigint - i FROM generate_series(1, ${rows}) i`, [big.pubkey, t - 100]);
+    const publisher = await TestClient.connect(relay.url);
+    try {
+      const request = vanish(big, [RELAY_URL]);
+      const answers: string[] = [];
+      const requestOk = client.publish(request).then((ok) => (answers.push('vanish'), ok));
+      await new Promise((r) => setTimeout(r, 50)); // the request is being written
+      const note = other.sign({ content: 'meanwhile' });
+      const noteOk = publisher.publish(note).then((ok) => (answers.push('note'), ok));
+      expect(await noteOk).toEqual([true, '']);
+      expect(await requestOk).toEqual([true, '']);
+      expect(answers).toEqual(['note', 'vanish']);
+      const { rows: left } = await relay.db.pool.query(`SELECT count(*)::int AS n FROM events WHERE pubkey = decode($1, 'hex')`, [big.pubkey]);
+      expect(left).toEqual([{ n: 1 }]);
+    } finally {
+      publisher.close();
+    }
+  }, 60_000);
 });
