@@ -3,6 +3,7 @@
 // SQL from the matching events' pubkeys (store/query.ts); this file holds the two rules a client must
 // share with us: which byte of the pubkey picks the register (the offset), and the reply's encoding.
 import { createHash } from 'node:crypto';
+import type { Filter } from './filter.js';
 
 export const HLL_REGISTERS = 256;
 const HEX64 = /^[0-9a-f]{64}$/;
@@ -19,6 +20,16 @@ export function hllOffset(value: string): number {
     hex = parts.length === 3 && HEX64.test(parts[1]) ? parts[1] : createHash('sha256').update(value, 'utf8').digest('hex');
   }
   return parseInt(hex[32], 16) + 8;
+}
+
+/**
+ * The offset of a COUNT's filters: the one they all agree on, or none (a filter without a tag key has
+ * no rule, and registers fed at two offsets would merge into nonsense).
+ */
+export function hllOffsetOf(filters: readonly Filter[]): number | undefined {
+  const offsets = new Set(filters.map((f) => (f.firstTagValue === undefined ? undefined : hllOffset(f.firstTagValue))));
+  const [offset] = offsets;
+  return offsets.size === 1 ? offset : undefined;
 }
 
 /** The reply's `hll`: 512 lowercase hex characters, register 0 first; registers not given are 0. */

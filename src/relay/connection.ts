@@ -8,7 +8,7 @@ import {
   authMessage, closedMessage, countMessage, eoseMessage, eventMessage, noticeMessage, okMessage, parseClientMessage, type ClientMessage,
 } from '../nostr/messages.js';
 import * as reason from '../nostr/reason.js';
-import { hllOffset } from '../nostr/hll.js';
+import { hllOffsetOf } from '../nostr/hll.js';
 import { checkAuthEvent, MAX_AUTHENTICATED_PUBKEYS } from '../policy/auth.js';
 import { checkRead } from '../policy/policy.js';
 import type { Session } from '../policy/session.js';
@@ -25,16 +25,6 @@ function queryFailure(err: unknown, what: string): { reason: string; unexpected:
   if (hasSqlState(err, SQLSTATE.queryCanceled)) return { reason: reason.error(`${what} timed out`), unexpected: false };
   if (isPoolExhausted(err)) return { reason: reason.rateLimited('the relay is busy answering other queries, try again shortly'), unexpected: false };
   return { reason: reason.error(`could not ${what === 'query' ? 'query stored events' : 'count events'}`), unexpected: true };
-}
-
-/**
- * NIP-45 HLL: the offset every filter agrees on (from its first #tag key's first value), or none: a
- * filter without a tag key has no rule, and registers fed at two offsets would merge into nonsense.
- */
-function countHllOffset(filters: Filter[]): number | undefined {
-  const offsets = new Set(filters.map((f) => (f.firstTagValue === undefined ? undefined : hllOffset(f.firstTagValue))));
-  const [offset] = offsets;
-  return offsets.size === 1 ? offset : undefined;
 }
 
 /** What the policy rules know of a connection (policy/session.ts). */
@@ -374,7 +364,7 @@ export class Connection {
     try {
       const { pool, target } = await this.ctx.reads.route();
       this.ctx.metrics.read(target);
-      const { count, hll } = await countWithHll(pool, filters, nowSeconds(), countHllOffset(filters));
+      const { count, hll } = await countWithHll(pool, filters, nowSeconds(), hllOffsetOf(filters));
       this.send(countMessage(subId, count, hll));
       this.ctx.metrics.countAnswered(performance.now() - started);
     } catch (err) {

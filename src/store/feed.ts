@@ -80,8 +80,8 @@ export class ChangeFeed implements OwnTransactions {
   private ephemeralIn: Promise<void> = Promise.resolve();
   private readonly pollMs: number;
   private readonly pageRows: number;
-  /** Counts for metrics and tests. */
-  readonly stats = { reads: 0, delivered: 0, reconnects: 0, ephemeralSent: 0, ephemeralReceived: 0 };
+  /** Ephemeral events other processes sent here (tests). */
+  readonly stats = { ephemeralReceived: 0 };
 
   constructor(
     private readonly url: string,
@@ -141,10 +141,15 @@ export class ChangeFeed implements OwnTransactions {
     const waiting = this.waiting;
     this.waiting = [];
     this.reading = this.read()
-      .catch((err) => this.log.warn({ err: (err as Error).message }, 'live feed: reading new events failed, retrying'))
+      .then(
+        () => waiting.forEach((fn) => fn()),
+        (err) => {
+          this.log.warn({ err: (err as Error).message }, 'live feed: reading new events failed, retrying');
+          this.waiting.unshift(...waiting); // not read past anything: they wait for the next read
+        },
+      )
       .finally(() => {
         this.reading = undefined;
-        waiting.forEach((fn) => fn());
         if (this.readAgain) {
           this.readAgain = false;
           this.requestRead();
@@ -153,7 +158,6 @@ export class ChangeFeed implements OwnTransactions {
   }
 
   private async read(): Promise<void> {
-    this.stats.reads++;
     if (this.released.size) {
       const txids = [...this.released];
       const { rows } = await this.pool.query<{ raw: string }>('SELECT raw FROM events WHERE txid = ANY($1::xid8[]) ORDER BY txid, seq', [txids.map(String)]);
@@ -183,7 +187,6 @@ export class ChangeFeed implements OwnTransactions {
         const event = this.parse(row.raw!);
         if (event) events.push(event);
       }
-      this.stats.delivered += events.length;
       this.changes.publish({ type: 'stored', events, source: 'remote' });
       if (count < this.pageRows) break;
     }
@@ -216,7 +219,6 @@ export class ChangeFeed implements OwnTransactions {
       client.end().catch(() => undefined);
       if (this.stopped) return;
       this.log.warn({ err: err?.message }, 'live feed: LISTEN connection lost, reconnecting');
-      this.stats.reconnects++;
       this.reconnectLater();
     };
     client.on('error', lost);
@@ -299,7 +301,6 @@ export class ChangeFeed implements OwnTransactions {
     }
     if (items.length) payloads.push(head + items.join(',') + ']}');
     await this.pool.query(`SELECT pg_notify('${EPHEMERAL_CHANNEL}', p) FROM unnest($1::text[]) WITH ORDINALITY AS t(p, n) ORDER BY n`, [payloads]);
-    this.stats.ephemeralSent += events.length;
   }
 
   private async receiveEphemeral(payload: string): Promise<void> {

@@ -101,7 +101,7 @@ const UNDELETABLE = new Set([KIND_DELETION, KIND_VANISH]);
  * a wrap stored before the deletion is removed, one arriving after it is refused.
  */
 function mayDeleteById(requester: string, p: PreparedEvent): boolean {
-  return p.event.pubkey === requester || (p.event.kind === KIND_GIFT_WRAP && p.tags.some(([n, v]) => n === 'p' && v === requester));
+  return p.event.pubkey === requester || wrapRecipients(p).includes(requester);
 }
 
 /** Does the kind 5 `d` (its targets) delete `p`? */

@@ -7,7 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { NostrEvent } from '../../src/nostr/event.js';
 import { hllOffset } from '../../src/nostr/hll.js';
 import { TestClient } from '../support/client.js';
-import { newSigner, now, type Signer } from '../support/keys.js';
+import { newSigner, type Signer } from '../support/keys.js';
 import { startTestRelay, type TestRelay } from '../support/relay.js';
 
 let relay: TestRelay;
@@ -22,18 +22,8 @@ afterAll(async () => {
 });
 
 const signers: Signer[] = Array.from({ length: 60 }, () => newSigner());
-const fast = (s: Signer, t: Partial<NostrEvent>) =>
-  s.signLoose({ kind: t.kind ?? 1, created_at: t.created_at ?? now(), tags: t.tags ?? [], content: t.content ?? '' }) as unknown as NostrEvent;
-
 /** The COUNT reply's object for `filters`. */
-async function countReply(...filters: object[]): Promise<{ count: number; hll?: string }> {
-  const id = `c${Math.random().toString(36).slice(2, 8)}`;
-  const from = client.mark;
-  client.send(['COUNT', id, ...filters]);
-  const reply = await client.waitFor((m) => (m[0] === 'COUNT' || m[0] === 'CLOSED') && m[1] === id, 10_000, from);
-  if (reply[0] === 'CLOSED') throw new Error(String(reply[2]));
-  return reply[2] as { count: number; hll?: string };
-}
+const countReply = (...filters: object[]) => client.countReply(`c${Math.random().toString(36).slice(2, 8)}`, ...filters);
 
 /** What a client computes from the events themselves (nostr-tools). */
 function expectedHll(filter: Record<string, unknown>, events: NostrEvent[]): string {
@@ -53,16 +43,16 @@ describe('NIP-45 HyperLogLog', () => {
 
   it('agrees with nostr-tools on every canonical query', async () => {
     await publishAll([target]);
-    const reactions = signers.map((s) => fast(s, { kind: 7, content: '+', tags: [['e', target.id]] }));
+    const reactions = signers.map((s) => s.signFast({ kind: 7, content: '+', tags: [['e', target.id]] }));
     // Several reactions by the same authors: counted as events, one author each in the sketch.
-    const again = signers.slice(0, 10).map((s) => fast(s, { kind: 7, content: '🔥', tags: [['e', target.id]] }));
-    const reposts = signers.slice(0, 20).map((s) => fast(s, { kind: 6, tags: [['e', target.id]] }));
-    const replies = signers.slice(5, 35).map((s) => fast(s, { kind: 1, content: 'reply', tags: [['e', target.id]] }));
-    const quotes = signers.slice(0, 12).map((s, i) => fast(s, { kind: i % 2 ? 1 : 1111, content: 'quote', tags: [['q', target.id]] }));
-    const comments = signers.slice(30).map((s) => fast(s, { kind: 1111, content: 'comment', tags: [['E', target.id]] }));
-    const followers = signers.slice(0, 40).map((s) => fast(s, { kind: 3, tags: [['p', target.pubkey]] }));
-    const onArticle = signers.slice(0, 25).map((s) => fast(s, { kind: 7, tags: [['a', article]] }));
-    const hashtag = signers.slice(0, 33).map((s) => fast(s, { kind: 1, tags: [['t', 'nostr']] }));
+    const again = signers.slice(0, 10).map((s) => s.signFast({ kind: 7, content: '🔥', tags: [['e', target.id]] }));
+    const reposts = signers.slice(0, 20).map((s) => s.signFast({ kind: 6, tags: [['e', target.id]] }));
+    const replies = signers.slice(5, 35).map((s) => s.signFast({ kind: 1, content: 'reply', tags: [['e', target.id]] }));
+    const quotes = signers.slice(0, 12).map((s, i) => s.signFast({ kind: i % 2 ? 1 : 1111, content: 'quote', tags: [['q', target.id]] }));
+    const comments = signers.slice(30).map((s) => s.signFast({ kind: 1111, content: 'comment', tags: [['E', target.id]] }));
+    const followers = signers.slice(0, 40).map((s) => s.signFast({ kind: 3, tags: [['p', target.pubkey]] }));
+    const onArticle = signers.slice(0, 25).map((s) => s.signFast({ kind: 7, tags: [['a', article]] }));
+    const hashtag = signers.slice(0, 33).map((s) => s.signFast({ kind: 1, tags: [['t', 'nostr']] }));
     await publishAll([...reactions, ...again, ...reposts, ...replies, ...quotes, ...comments, ...followers, ...onArticle, ...hashtag]);
 
     const cases: Array<[Record<string, unknown>, NostrEvent[]]> = [

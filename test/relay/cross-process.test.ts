@@ -12,7 +12,8 @@ import { writeBatchStored } from '../../src/store/write.js';
 import { runCli } from '../support/cli.js';
 import { TestClient } from '../support/client.js';
 import { createTestDatabase } from '../support/database.js';
-import { newSigner, now, type Signer } from '../support/keys.js';
+import { newSigner, now } from '../support/keys.js';
+import { until } from '../support/wait.js';
 
 let databaseUrl: string;
 let a: RelayProcess;
@@ -37,17 +38,6 @@ async function connect(relay: RelayProcess): Promise<TestClient> {
   const c = await TestClient.connect(relay.url);
   clients.push(c);
   return c;
-}
-
-/** A valid event signed with tiny-secp256k1 (thousands per second, where nostr-tools does hundreds). */
-const fast = (s: Signer, t: Partial<NostrEvent>) =>
-  s.signLoose({ kind: t.kind ?? 1, created_at: t.created_at ?? now(), tags: t.tags ?? [], content: t.content ?? '' }) as unknown as NostrEvent;
-
-async function until(check: () => boolean, what: string, timeoutMs = 20_000): Promise<void> {
-  for (let waited = 0; !check(); waited += 20) {
-    if (waited > timeoutMs) throw new Error(`timed out: ${what}`);
-    await new Promise((r) => setTimeout(r, 20));
-  }
 }
 
 /** Longer than the feed's poll (1 s): a second delivery, were there one, has had its chance. */
@@ -96,7 +86,7 @@ describe('live delivery across relay processes', () => {
     const publishers = await Promise.all(Array.from({ length: 10 }, (_, i) => connect(i % 2 ? b : a)));
     const batches = publishers.map((_, p) => {
       const signer = newSigner();
-      return Array.from({ length: 500 }, (_, i) => fast(signer, { content: `p${p} #${i}`, tags: [['t', run]] }));
+      return Array.from({ length: 500 }, (_, i) => signer.signFast({ content: `p${p} #${i}`, tags: [['t', run]] }));
     });
     const acked = (await Promise.all(publishers.map((c, i) => publishAll(c, batches[i])))).flat();
     expect(acked).toHaveLength(5000);
@@ -122,7 +112,7 @@ describe('live delivery across relay processes', () => {
     const seenA = await subscribe(onA, 'k', tagged(run));
     const seenB = await subscribe(onB, 'k', tagged(run));
     const signer = newSigner();
-    const events = Array.from({ length: 2000 }, (_, i) => fast(signer, { content: `k ${i}`, tags: [['t', run]] }));
+    const events = Array.from({ length: 2000 }, (_, i) => signer.signFast({ content: `k ${i}`, tags: [['t', run]] }));
     const publishing = Promise.all(publishers.map((c, i) => publishAll(c, events.slice(i * 500, (i + 1) * 500)))).then((r) => r.flat());
     await until(() => seenB().length >= 300, 'the burst under way on B');
     const { rows } = await admin.query('SELECT pg_terminate_backend(pid) AS killed FROM pg_stat_activity WHERE application_name = $1', [`pgrelay-listen-${b.pid}`]);
@@ -147,7 +137,7 @@ describe('live delivery across relay processes', () => {
     const seenA = await subscribe(onA, 'i', tagged(run));
     const seenB = await subscribe(onB, 'i', tagged(run));
     const signer = newSigner();
-    const imported = Array.from({ length: 300 }, (_, i) => fast(signer, { content: `imported ${i}`, created_at: now() - i, tags: [['t', run]] }));
+    const imported = Array.from({ length: 300 }, (_, i) => signer.signFast({ content: `imported ${i}`, created_at: now() - i, tags: [['t', run]] }));
     const cli = await runCli(['import', '-'], { DATABASE_URL: databaseUrl, LOG_LEVEL: 'warn' }, imported.map((e) => JSON.stringify(e)).join('\n') + '\n');
     expect(cli.code, cli.stderr).toBe(0);
     await until(() => seenA().length >= 300 && seenB().length >= 300, 'the imported events on both processes');

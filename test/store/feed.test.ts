@@ -9,6 +9,7 @@ import { ChangeFeed } from '../../src/store/feed.js';
 import { prepareEvent } from '../../src/store/prepared-event.js';
 import { writeBatchStored } from '../../src/store/write.js';
 import { openTestStore, silentLog, unsignedEvent } from '../ops/helpers.js';
+import { until as untilWithin } from '../support/wait.js';
 
 let db: Database;
 let feed: ChangeFeed | undefined;
@@ -34,12 +35,7 @@ async function startFeed(pageRows?: number) {
   return { changes, announced, ids };
 }
 
-async function until(check: () => boolean, what: string): Promise<void> {
-  for (let waited = 0; !check(); waited += 10) {
-    if (waited > 5000) throw new Error(`timed out: ${what}`);
-    await new Promise((r) => setTimeout(r, 10));
-  }
-}
+const until = (check: () => boolean, what: string) => untilWithin(check, what, 5000);
 
 /** Reads until the feed has no more to say (two reads in a row, each started after the last ended). */
 async function settle(): Promise<void> {

@@ -141,11 +141,16 @@ export class TestClient {
 
   /** Sends a COUNT and returns the count, or throws with the CLOSED reason. */
   async count(subId: string, ...filters: unknown[]): Promise<number> {
+    return (await this.countReply(subId, ...filters)).count;
+  }
+
+  /** Sends a COUNT and returns the reply's object (NIP-45: count, and hll when given). */
+  async countReply(subId: string, ...filters: unknown[]): Promise<{ count: number; hll?: string }> {
     const from = this.messages.length;
     this.send(['COUNT', subId, ...filters]);
     const reply = await this.waitFor((m) => (m[0] === 'COUNT' || m[0] === 'CLOSED') && m[1] === subId, 10_000, from);
     if (reply[0] === 'CLOSED') throw new Error(`CLOSED: ${reply[2]}`);
-    return (reply[2] as { count: number }).count;
+    return reply[2] as { count: number; hll?: string };
   }
 
   /**

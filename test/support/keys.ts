@@ -13,6 +13,8 @@ export interface Signer {
    * for events that nostr-tools refuses to build (a number or null in a tag, for example).
    */
   signLoose(template: { kind: unknown; created_at: unknown; tags: unknown; content: unknown }): Record<string, unknown>;
+  /** Like sign, through tiny-secp256k1: thousands of events per second where nostr-tools signs hundreds. */
+  signFast(template: Partial<Omit<NostrEvent, 'id' | 'sig' | 'pubkey'>>): NostrEvent;
 }
 
 export const now = () => Math.floor(Date.now() / 1000);
@@ -20,7 +22,7 @@ export const now = () => Math.floor(Date.now() / 1000);
 export function newSigner(): Signer {
   const secretKey = generateSecretKey();
   const pubkey = getPublicKey(secretKey);
-  return {
+  const signer: Signer = {
     secretKey,
     pubkey,
     sign: (t) => {
@@ -32,5 +34,8 @@ export function newSigner(): Signer {
       const sig = Buffer.from(secp.signSchnorr(id, secretKey)).toString('hex');
       return { id: id.toString('hex'), pubkey, created_at: t.created_at, kind: t.kind, tags: t.tags, content: t.content, sig };
     },
+    signFast: (t) =>
+      signer.signLoose({ kind: t.kind ?? 1, created_at: t.created_at ?? now(), tags: t.tags ?? [], content: t.content ?? '' }) as unknown as NostrEvent,
   };
+  return signer;
 }
