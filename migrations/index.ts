@@ -6,10 +6,13 @@ import * as opsCheckpoints from './20261201000001_ops_checkpoints.js';
 import * as moderation from './20261224000001_moderation.js';
 import * as liveFeed from './20261226000001_live_feed.js';
 import * as vanish from './20261227000001_vanish.js';
+import * as search from './20261228000001_search.js';
 
 export interface Migration {
   up(knex: Knex): Promise<void>;
   down(knex: Knex): Promise<void>;
+  /** `transaction: false` for a migration that builds an index CONCURRENTLY. */
+  config?: { transaction?: boolean };
 }
 
 export const migrations: Record<string, Migration> = {
@@ -18,4 +21,5 @@ export const migrations: Record<string, Migration> = {
   '20261224000001_moderation': moderation,
   '20261226000001_live_feed': liveFeed,
   '20261227000001_vanish': vanish,
+  '20261228000001_search': search,
 };

@@ -85,6 +85,13 @@ const schema = z.object({
   CREATED_AT_PAST_SECONDS: int(0).default(0),
   MIN_POW_DIFFICULTY: int(0, 256).default(0),
 
+  // NIP-77 negentropy sync (src/relay/negentropy.ts).
+  NEGENTROPY_MAX_RECORDS: int(0, 10_000_000).default(1_000_000),
+  NEGENTROPY_MAX_SESSIONS: int(1, 100).default(4),
+  NEGENTROPY_MAX_TOTAL_RECORDS: int(0).default(4_000_000),
+  NEGENTROPY_IDLE_SECONDS: int(1).default(60),
+  NEGENTROPY_FRAME_SIZE_LIMIT: z.union([z.literal(0), int(4096)]).default(60_000),
+
   // Ingest pipeline.
   VERIFY_THREADS: z.union([z.literal('auto'), int(0, 64)]).default('auto'),
   WRITE_BATCH_SIZE: int(1, 10000).default(500),

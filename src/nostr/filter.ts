@@ -1,6 +1,7 @@
 // NIP-01 filters: parsing with the relay's limits, and in-memory matching for live events.
 import { HEX64, type Checked, type NostrEvent } from './event.js';
 import * as reason from './reason.js';
+import { compileSearch, MAX_SEARCH_LENGTH, parseSearch, searchDocument, type CompiledSearch, type ParsedSearch, type SearchDocument } from './search.js';
 import { indexedTags, isIndexableTagName, isIndexableTagValue } from './tags.js';
 
 export interface TagCondition {
@@ -24,6 +25,18 @@ export interface Filter {
   privateKinds?: PrivateKinds;
   /** The first value of the filter's first `#tag` key, as sent: the NIP-45 HLL offset (nostr/hll.ts). */
   firstTagValue?: string;
+  /** NIP-50 (nostr/search.ts): results ordered by relevance. */
+  search?: SearchFilter;
+}
+
+/**
+ * A filter's `search`. `compiled` is set when the filter is parsed, except for a `language:xx`
+ * search, whose words a stemmer in PostgreSQL must see first (store/search.ts prepareSearch);
+ * null means no positive word is left, so the filter matches nothing.
+ */
+export interface SearchFilter {
+  parsed: ParsedSearch;
+  compiled?: CompiledSearch | null;
 }
 
 export interface PrivateKinds {
@@ -78,6 +91,11 @@ export function parseFilter(input: unknown, limits: FilterLimits): Checked<Filte
     } else if (key === 'limit') {
       if (!isNonNegativeInteger(v)) return { ok: false, reason: reason.invalid('"limit" must be a non-negative integer') };
       filter.limit = Math.min(v, limits.maxLimit);
+    } else if (key === 'search') {
+      if (typeof v !== 'string') return { ok: false, reason: reason.invalid('"search" must be a string') };
+      if (v.length > MAX_SEARCH_LENGTH) return { ok: false, reason: reason.invalid(`"search" is longer than ${MAX_SEARCH_LENGTH} characters`) };
+      const parsed = parseSearch(v.isWellFormed() ? v : v.toWellFormed());
+      filter.search = { parsed, compiled: parsed.config === 'simple' ? compileSearch(parsed) : undefined };
     } else if (key.startsWith('#') && isIndexableTagName(key.slice(1))) {
       const name = key.slice(1);
       if (filter.tags.length === 0 && Array.isArray(v) && typeof v[0] === 'string') filter.firstTagValue = v[0];
@@ -109,6 +127,7 @@ export function matchesNothing(f: Filter): boolean {
     f.authors?.length === 0 ||
     f.kinds?.length === 0 ||
     f.tags.some((t) => t.values.length === 0) ||
+    f.search?.compiled === null ||
     (f.since !== undefined && f.until !== undefined && f.since > f.until)
   );
 }
@@ -117,6 +136,13 @@ export function matchesNothing(f: Filter): boolean {
 export interface MatchableEvent {
   event: NostrEvent;
   tagKeys: Set<string>; // name + value of each indexed tag: the name is one character
+  /** Its search words, worked out the first time a search filter asks (null: none). */
+  searchDocument?: SearchDocument | null;
+}
+
+function searchDocumentOf(m: MatchableEvent): SearchDocument | undefined {
+  if (m.searchDocument === undefined) m.searchDocument = searchDocument(m.event) ?? null;
+  return m.searchDocument ?? undefined;
 }
 
 /** `tags`: the event's indexed tags when the caller already has them (the write path does). */
@@ -134,6 +160,8 @@ export function compileFilter(f: Filter): Matcher {
   const kinds = f.kinds && new Set(f.kinds);
   const tagKeys = f.tags.map((t) => t.values.map((v) => t.name + v));
   const { since, until, privateKinds } = f;
+  if (f.search && f.search.compiled === undefined) throw new Error('a language search must be prepared (store/search.ts) before it is matched');
+  const search = f.search?.compiled ?? undefined;
   return (m) =>
     (ids === undefined || ids.has(m.event.id)) &&
     (authors === undefined || authors.has(m.event.pubkey)) &&
@@ -141,7 +169,8 @@ export function compileFilter(f: Filter): Matcher {
     (since === undefined || m.event.created_at >= since) &&
     (until === undefined || m.event.created_at <= until) &&
     tagKeys.every((keys) => keys.some((k) => m.tagKeys.has(k))) &&
-    (privateKinds === undefined || mayRead(privateKinds, m));
+    (privateKinds === undefined || mayRead(privateKinds, m)) &&
+    (search === undefined || search.matches(searchDocumentOf(m)));
 }
 
 /** The privateKinds condition: open kinds pass; a private one needs its author or a `p` tag among the readers. */

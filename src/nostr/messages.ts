@@ -6,7 +6,10 @@ export type ClientMessage =
   | { type: 'REQ'; subId: string; filters: unknown[] }
   | { type: 'COUNT'; subId: string; filters: unknown[] }
   | { type: 'CLOSE'; subId: string }
-  | { type: 'AUTH'; event: unknown };
+  | { type: 'AUTH'; event: unknown }
+  | { type: 'NEG-OPEN'; subId: string; filter: unknown; message: string }
+  | { type: 'NEG-MSG'; subId: string; message: string }
+  | { type: 'NEG-CLOSE'; subId: string };
 
 export type ParsedMessage = { ok: true; message: ClientMessage } | { ok: false; notice: string };
 
@@ -37,6 +40,18 @@ export function parseClientMessage(text: string): ParsedMessage {
     case 'CLOSE':
       if (typeof rest[0] !== 'string') return fail(reason.invalid('CLOSE needs a subscription id string'));
       return { ok: true, message: { type: 'CLOSE', subId: rest[0] } };
+    // NIP-77 negentropy: the hex message is checked by relay/negentropy.ts, which answers NEG-ERR.
+    case 'NEG-OPEN':
+      if (typeof rest[0] !== 'string' || typeof rest[2] !== 'string' || rest.length !== 3)
+        return fail(reason.invalid('NEG-OPEN takes a subscription id, one filter and a hex message'));
+      return { ok: true, message: { type: 'NEG-OPEN', subId: rest[0], filter: rest[1], message: rest[2] } };
+    case 'NEG-MSG':
+      if (typeof rest[0] !== 'string' || typeof rest[1] !== 'string' || rest.length !== 2)
+        return fail(reason.invalid('NEG-MSG takes a subscription id and a hex message'));
+      return { ok: true, message: { type: 'NEG-MSG', subId: rest[0], message: rest[1] } };
+    case 'NEG-CLOSE':
+      if (typeof rest[0] !== 'string') return fail(reason.invalid('NEG-CLOSE needs a subscription id string'));
+      return { ok: true, message: { type: 'NEG-CLOSE', subId: rest[0] } };
     default:
       return fail(reason.invalid(`unknown message type ${JSON.stringify(verb).slice(0, 40)}`));
   }
@@ -71,4 +86,14 @@ export function authMessage(challenge: string): string {
 /** NIP-45: the count, and the HyperLogLog registers (nostr/hll.ts) when the filters have an offset. */
 export function countMessage(subId: string, count: number, hll?: string): string {
   return JSON.stringify(['COUNT', subId, hll === undefined ? { count } : { count, hll }]);
+}
+
+/** NIP-77: a negentropy message (hex) for the session `subId`. */
+export function negMessage(subId: string, hex: string): string {
+  return JSON.stringify(['NEG-MSG', subId, hex]);
+}
+
+/** NIP-77: the session `subId` has ended, and why (`blocked:`, `closed:`, `invalid:` …). */
+export function negErrorMessage(subId: string, why: string): string {
+  return JSON.stringify(['NEG-ERR', subId, why]);
 }

@@ -1,7 +1,7 @@
 // The machine-readable prefixes of OK and CLOSED messages (NIP-01; NIP-42 adds auth-required), one
 // builder each, so every refusal the relay sends is "<prefix>: <human text>".
 
-export const PREFIXES = ['duplicate', 'pow', 'blocked', 'rate-limited', 'invalid', 'restricted', 'mute', 'error', 'auth-required', 'unsupported'] as const;
+export const PREFIXES = ['duplicate', 'pow', 'blocked', 'rate-limited', 'invalid', 'restricted', 'mute', 'error', 'auth-required', 'unsupported', 'closed'] as const;
 export type Prefix = (typeof PREFIXES)[number];
 export type Reason = `${Prefix}: ${string}`;
 
@@ -20,6 +20,8 @@ export const mute = build('mute');
 export const error = build('error');
 export const authRequired = build('auth-required');
 export const unsupported = build('unsupported');
+/** NIP-77 NEG-ERR: the relay ended a negentropy session (idle too long). */
+export const closed = build('closed');
 
 /** The prefix a reason starts with, if it is one of ours. */
 export function prefixOf(reason: string): Prefix | undefined {

@@ -42,6 +42,7 @@ import { from as copyFrom } from 'pg-copy-streams';
 import { planBatch } from '../store/plan-batch.js';
 import { BinaryCopyWriter } from './binary-copy.js';
 import * as reason from '../nostr/reason.js';
+import { tsvectorBinary } from '../nostr/search.js';
 import { hasSqlState, inSqlStateClass, SQLSTATE } from '../store/pg-errors.js';
 import type { PreparedEvent, WriteResult } from '../store/prepared-event.js';
 import { applyDeletions, applyVanishes, deleteReplaced, readFacts, takeLocks, writeBatch } from '../store/write.js';
@@ -115,7 +116,9 @@ export class EventRows {
   add(p: PreparedEvent): void {
     const e = p.event;
     const id = Buffer.from(e.id, 'hex');
-    this.events.row(7).bytes(id).hex(e.pubkey).int4(e.kind).int8(e.created_at).text(p.dTag).int8(p.expiresAt).text(p.raw);
+    const row = this.events.row(8).bytes(id).hex(e.pubkey).int4(e.kind).int8(e.created_at).text(p.dTag).int8(p.expiresAt).text(p.raw);
+    if (p.search) row.bytes(tsvectorBinary(p.search));
+    else row.null();
     for (const [name, value] of p.tags) this.tags.row(5).bytes(id).text(name).text(value).int4(e.kind).int8(e.created_at);
     this.eventRows++;
     this.tagRows += p.tags.length;
@@ -133,7 +136,7 @@ async function copyIn(client: pg.PoolClient, sql: string, data: Uint8Array): Pro
 /** COPYs encoded rows into `events` and `event_tags`, on a client inside a transaction. */
 export async function copyRows(client: pg.PoolClient, rows: EncodedRows, options: BulkOptions): Promise<void> {
   if (rows.eventRows === 0) return;
-  await copyIn(client, 'COPY events (id, pubkey, kind, created_at, d_tag, expires_at, raw) FROM STDIN (FORMAT binary)', rows.events);
+  await copyIn(client, 'COPY events (id, pubkey, kind, created_at, d_tag, expires_at, raw, search) FROM STDIN (FORMAT binary)', rows.events);
   if (rows.tagRows === 0) return;
   if (options.skipTagForeignKeyCheck) await client.query('SET LOCAL session_replication_role = replica');
   await copyIn(client, 'COPY event_tags (event_id, name, value, kind, created_at) FROM STDIN (FORMAT binary)', rows.tags);

@@ -2,10 +2,10 @@
 import { randomBytes } from 'node:crypto';
 import type { Duplex } from 'node:stream';
 import type { WebSocket } from 'ws';
-import { claimedId, parseEvent } from '../nostr/event.js';
+import { claimedId, parseEvent, type Checked } from '../nostr/event.js';
 import { parseFilter, type Filter } from '../nostr/filter.js';
 import {
-  authMessage, closedMessage, countMessage, eoseMessage, eventMessage, noticeMessage, okMessage, parseClientMessage, type ClientMessage,
+  authMessage, closedMessage, countMessage, eoseMessage, eventMessage, negErrorMessage, noticeMessage, okMessage, parseClientMessage, type ClientMessage,
 } from '../nostr/messages.js';
 import * as reason from '../nostr/reason.js';
 import { hllOffsetOf } from '../nostr/hll.js';
@@ -15,8 +15,10 @@ import type { Session } from '../policy/session.js';
 import { hasSqlState, isPoolExhausted, SQLSTATE } from '../store/pg-errors.js';
 import type { ChangeFeed } from '../store/feed.js';
 import { countWithHll, streamEvents } from '../store/read.js';
+import { needsPreparing, prepareSearch } from '../store/search.js';
 import { nowSeconds, type RelayContext } from './context.js';
 import { ingestEvent } from './ingest.js';
+import { NegentropySessions } from './negentropy.js';
 import type { ConnectionBudget } from './rate-limit.js';
 import type { Subscriber } from './subscriptions.js';
 
@@ -96,6 +98,8 @@ export class Connection {
   /** NIP-42: sent when the connection opens; it holds for the connection's life. */
   readonly challenge = randomBytes(16).toString('hex');
   private readonly budget: ConnectionBudget;
+  /** NIP-77 sync sessions (relay/negentropy.ts). */
+  private readonly negentropy: NegentropySessions;
 
   constructor(
     private readonly ws: WebSocket,
@@ -105,6 +109,7 @@ export class Connection {
   ) {
     this.session = new ConnectionSession(peer.address);
     this.budget = ctx.limiter.forConnection(peer.address);
+    this.negentropy = new NegentropySessions(ctx, (text) => this.send(text), (input, defaultLimit) => this.readFilter(input, defaultLimit));
     this.send(authMessage(this.challenge));
   }
 
@@ -166,6 +171,7 @@ export class Connection {
   dispose(): void {
     this.closed = true;
     for (const sub of this.subscriptions.values()) this.endSubscription(sub);
+    this.negentropy.dispose();
   }
 
   async onMessage(data: Buffer): Promise<void> {
@@ -193,6 +199,12 @@ export class Connection {
         return this.onCount(m.subId, m.filters);
       case 'AUTH':
         return this.onAuth(m.event);
+      case 'NEG-OPEN':
+        return this.negentropy.open(m.subId, m.filter, m.message);
+      case 'NEG-MSG':
+        return this.negentropy.message(m.subId, m.message);
+      case 'NEG-CLOSE':
+        return this.negentropy.close(m.subId);
       case 'CLOSE': {
         const sub = this.subscriptions.get(m.subId);
         if (sub) this.endSubscription(sub);
@@ -202,16 +214,19 @@ export class Connection {
   }
 
   private withinBudget(m: ClientMessage | undefined): boolean {
-    if (m?.type === 'REQ' || m?.type === 'COUNT') return this.budget.allowQuery(this.session.pubkeys);
+    if (m?.type === 'REQ' || m?.type === 'COUNT' || m?.type === 'NEG-OPEN') return this.budget.allowQuery(this.session.pubkeys);
     return this.budget.allowEvent(this.session.pubkeys);
   }
 
   /** A message over the budget: refused with rate-limited:, and a client that keeps on is cut off. */
   private overBudget(m: ClientMessage | undefined): void {
     const why = reason.rateLimited('slow down: too many messages from this address or key');
-    const query = m?.type === 'REQ' || m?.type === 'COUNT';
+    const query = m?.type === 'REQ' || m?.type === 'COUNT' || m?.type === 'NEG-OPEN';
     this.ctx.metrics.limited(query ? 'query' : 'event');
-    if (m?.type === 'REQ' || m?.type === 'COUNT') {
+    if (m?.type === 'NEG-OPEN' || m?.type === 'NEG-MSG') {
+      this.negentropy.close(m.subId);
+      this.send(negErrorMessage(m.subId, why));
+    } else if (m?.type === 'REQ' || m?.type === 'COUNT') {
       const previous = this.subscriptions.get(m.subId);
       if (previous) this.endSubscription(previous); // the REQ replaced it (NIP-01); CLOSED ends that id
       this.send(closedMessage(m.subId, why));
@@ -310,17 +325,51 @@ export class Connection {
     return readable.ok ? readable.filters : refuse(readable.reason);
   }
 
+  /** One filter through the same checks and read rules, for NIP-77; no limit given means `defaultLimit`. */
+  private readFilter(input: unknown, defaultLimit: number): Checked<Filter> {
+    const parsed = parseFilter(input, { ...this.ctx.limits, defaultLimit, maxLimit: defaultLimit });
+    if (!parsed.ok) return parsed;
+    const readable = checkRead(this.ctx.policy, [parsed.value], this.session);
+    return readable.ok ? { ok: true, value: readable.filters[0] } : { ok: false, reason: readable.reason };
+  }
+
   private endSubscription(sub: Subscription): void {
     sub.closed = true;
     this.ctx.subscriptions.remove(sub);
     if (this.subscriptions.get(sub.id) === sub) this.subscriptions.delete(sub.id);
   }
 
+  /**
+   * NIP-50 `language:xx` searches need their words stemmed by PostgreSQL (store/search.ts) first.
+   * False (CLOSED sent) when that fails, or when a newer REQ for the same id arrived meanwhile.
+   */
+  private async prepared(subId: string, filters: Filter[]): Promise<boolean> {
+    const turn = ++this.turns;
+    this.preparing.set(subId, turn);
+    try {
+      await prepareSearch(this.ctx.pool, filters);
+    } catch (err) {
+      this.ctx.log.error({ err: (err as Error).message, subId }, 'preparing a search failed');
+      this.send(closedMessage(subId, reason.error('could not prepare the search')));
+      return false;
+    }
+    if (this.preparing.get(subId) !== turn) return false;
+    this.preparing.delete(subId);
+    return true;
+  }
+  /** Searches being prepared, by sub id; a newer REQ or COUNT for the id removes the entry (it replaces them). */
+  private readonly preparing = new Map<string, number>();
+  private turns = 0;
+
   private async onReq(subId: string, inputs: unknown[]): Promise<void> {
     const previous = this.subscriptions.get(subId);
     if (previous) this.endSubscription(previous); // NIP-01: a REQ with an open id replaces it
+    this.preparing.delete(subId);
     const filters = this.parseFilters(subId, inputs);
     if (!filters) return;
+    // Only a language search waits here: a REQ must reach subscriptions.set in the tick it arrived
+    // in, or a second REQ with its id, read from the same packet, would not find it to replace.
+    if (needsPreparing(filters) && !(await this.prepared(subId, filters))) return;
     if (this.subscriptions.size >= this.ctx.limits.maxSubscriptions)
       return this.send(closedMessage(subId, reason.rateLimited(`at most ${this.ctx.limits.maxSubscriptions} open subscriptions per connection`)));
 
@@ -358,8 +407,9 @@ export class Connection {
 
   /** NIP-45: one count for the union of the filters; no subscription is kept. */
   private async onCount(subId: string, inputs: unknown[]): Promise<void> {
+    this.preparing.delete(subId);
     const filters = this.parseFilters(subId, inputs);
-    if (!filters) return;
+    if (!filters || (needsPreparing(filters) && !(await this.prepared(subId, filters)))) return;
     const started = performance.now();
     try {
       const { pool, target } = await this.ctx.reads.route();

@@ -9,6 +9,7 @@ import type { ChangeFeed } from '../store/feed.js';
 import type { ReadRouter } from '../store/replicas.js';
 import type { EventWriter } from '../store/writer.js';
 import type { RelayMetrics } from './metrics.js';
+import type { NegentropyBudget } from './negentropy.js';
 import type { RateLimiter } from './rate-limit.js';
 import type { SubscriptionIndex } from './subscriptions.js';
 
@@ -33,6 +34,8 @@ export interface RelayContext {
   /** Where a REQ's or COUNT's stored part runs: a read replica or the primary (store/replicas.ts). */
   reads: ReadRouter;
   metrics: RelayMetrics;
+  /** NIP-77: records held by this process's negentropy sessions (NEGENTROPY_MAX_TOTAL_RECORDS). */
+  negentropy: NegentropyBudget;
   closing: boolean;
 }
 

@@ -7,7 +7,7 @@ import type { PreparedEvent } from '../store/prepared-event.js';
 import type { SubscriptionIndex } from './subscriptions.js';
 
 function broadcast(subscriptions: SubscriptionIndex, p: PreparedEvent): number {
-  const subscribers = subscriptions.matching(toMatchable(p.event, p.tags));
+  const subscribers = subscriptions.matching({ ...toMatchable(p.event, p.tags), searchDocument: p.search ?? null });
   for (const s of subscribers) s.deliver(p.event.id, p.raw);
   return subscribers.size;
 }

@@ -52,6 +52,8 @@ export interface GaugeSources {
   subscriptions(): number;
   writerQueue(): number;
   verifyQueue(): number;
+  /** NIP-77: records held by open negentropy sessions. */
+  negentropyRecords(): number;
   pool(): { total: number; idle: number; waiting: number };
 }
 
@@ -112,6 +114,7 @@ export class RelayMetrics {
     gauge('nostr_subscriptions', 'Open subscriptions (live REQs)', sources.subscriptions);
     gauge('pgrelay_writer_queue_events', 'Events waiting for a write transaction', sources.writerQueue);
     gauge('pgrelay_verify_queue_events', 'Events waiting for signature verification', sources.verifyQueue);
+    gauge('pgrelay_negentropy_records', 'Records held by open NIP-77 negentropy sessions', sources.negentropyRecords);
     gauge('pgrelay_db_pool_connections', 'Connections in the database pool', () => sources.pool().total);
     gauge('pgrelay_db_pool_idle', 'Idle connections in the database pool', () => sources.pool().idle);
     gauge('pgrelay_db_pool_in_use', 'Database pool connections running a query or transaction', () => sources.pool().total - sources.pool().idle);

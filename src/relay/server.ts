@@ -30,6 +30,7 @@ import { nowSeconds, type RelayContext } from './context.js';
 import { healthRoutes } from './http/health.js';
 import { managementHandler } from './http/management.js';
 import { metricsRoute } from './http/metrics.js';
+import { NegentropyBudget } from './negentropy.js';
 import { relayEndpoint, relayInformation } from './http/nip11.js';
 import { HttpRouter, pathOf } from './http/router.js';
 import { statusPageHandler, statusRoutes } from './http/status.js';
@@ -107,11 +108,13 @@ export async function startRelay(config: Config, db: PrimaryDatabase, log: Logge
   const subscriptions = new SubscriptionIndex();
   const verifier = new SignatureVerifier(config.VERIFY_THREADS);
   const changes = new ChangeStream((err) => log.error({ err: (err as Error).message, stack: (err as Error).stack }, 'change listener failed'));
+  const negentropy = new NegentropyBudget(config.NEGENTROPY_MAX_TOTAL_RECORDS);
   const metrics = new RelayMetrics({
     connections: () => connections.size,
     subscriptions: () => subscriptions.size,
     writerQueue: () => writer.queued,
     verifyQueue: () => verifier.queued,
+    negentropyRecords: () => negentropy.records,
     pool: () => ({ total: pool.totalCount, idle: pool.idleCount, waiting: pool.waitingCount }),
   });
   // What other processes, hosts and imports commit reaches this change stream too (store/feed.ts).
@@ -146,6 +149,7 @@ export async function startRelay(config: Config, db: PrimaryDatabase, log: Logge
     feed,
     reads,
     metrics,
+    negentropy,
     closing: false,
   };
   // Everything downstream of a commit listens to the change stream.

@@ -3,6 +3,7 @@
 import type { NostrEvent } from '../nostr/event.js';
 import { canonicalEventJson } from '../nostr/event.js';
 import { kindClass, type KindClass } from '../nostr/kinds.js';
+import { searchDocument, type SearchDocument } from '../nostr/search.js';
 import { dTagOf, expirationOf, indexedTags } from '../nostr/tags.js';
 
 /** An event with everything storage needs derived once. */
@@ -14,6 +15,8 @@ export interface PreparedEvent {
   dTag: string | null;
   expiresAt: number | null;
   tags: Array<[string, string]>;
+  /** NIP-50: its words, stored in events.search; undefined for kinds that are not searchable. */
+  search: SearchDocument | undefined;
 }
 
 export function prepareEvent(event: NostrEvent): PreparedEvent {
@@ -25,6 +28,7 @@ export function prepareEvent(event: NostrEvent): PreparedEvent {
     dTag: cls === 'replaceable' ? '' : cls === 'addressable' ? dTagOf(event.tags) : null,
     expiresAt: expirationOf(event.tags) ?? null,
     tags: indexedTags(event.tags),
+    search: searchDocument(event),
   };
 }
 

@@ -106,6 +106,7 @@ function eventConditions(f: SqlFilter, add: Add, alias: string, now: number, ski
   if (f.excludeKinds) c.push(`${alias}.kind <> ALL(${add(f.excludeKinds, '::int[]')})`);
   if (f.since !== undefined) c.push(`${alias}.created_at >= ${add(f.since)}`);
   if (f.until !== undefined) c.push(`${alias}.created_at <= ${add(f.until)}`);
+  if (f.search?.compiled) c.push(`${alias}.search @@ ${add(f.search.compiled.tsquery)}::tsquery`);
   for (const t of f.tags) {
     if (t === skip.tag) continue;
     c.push(
@@ -226,9 +227,27 @@ function plainQuery(f: SqlFilter, add: Add, now: number): string {
   return `SELECT id, created_at, raw FROM events WHERE ${where.join(' AND ')} ORDER BY created_at DESC, id LIMIT ${add(f.limit)}`;
 }
 
-const isTagLed = (f: SqlFilter) => !f.ids && f.tags.length > 0;
+/**
+ * NIP-50: the matches ranked by ts_rank on events.search (GIN index events_search), ties newest
+ * first, `limit` applied after ranking. The inner query ranks ids only; the rows of the winners are
+ * read after. Rows carry `rank`.
+ */
+function searchQuery(f: SqlFilter, add: Add, now: number): string {
+  const where = eventConditions(f, add, 'events', now);
+  const query = add(f.search!.compiled!.tsquery);
+  return `SELECT e.id, s.created_at, e.raw, s.rank FROM (
+      SELECT id, created_at, ts_rank(search, ${query}::tsquery) AS rank FROM events WHERE ${where.join(' AND ')}
+      ORDER BY rank DESC, created_at DESC, id LIMIT ${add(f.limit)}) s
+    JOIN events e ON e.id = s.id ORDER BY s.rank DESC, s.created_at DESC, s.id`;
+}
+
+const isTagLed = (f: SqlFilter) => !f.ids && !f.search && f.tags.length > 0;
+
+/** Whether a REQ's rows are ordered by relevance: one of its filters searches (NIP-50). */
+const isRanked = (filters: Filter[]) => filters.some((f) => f.search);
 
 function filterQuery(f: SqlFilter, params: Params, now: number, expired: string, counts: Map<TagCondition, number>): string {
+  if (f.search) return searchQuery(f, params.add, now);
   if (f.ids) return plainQuery(f, params.add, now);
   if (isTagLed(f)) return tagLedQuery(f, params, now, expired, counts);
   if (f.authors) return authorLedQuery(f, params, now);
@@ -245,11 +264,23 @@ export function storedQueryFilters(filters: Filter[]): Filter[] {
  * One filter's rows: its plain filters (see sqlFilters), each cut at the filter's limit, merged and
  * cut again, so a filter narrowed by a read rule still returns at most `limit` events.
  */
-function filterGroupQuery(f: Filter, params: Params, now: number, expired: string, counts: Map<TagCondition, number>): string {
-  const parts = sqlFilters(f).map((sf) => filterQuery(sf, params, now, expired, counts));
+function filterGroupQuery(f: Filter, params: Params, now: number, expired: string, counts: Map<TagCondition, number>, ranked: boolean): string {
+  // In a ranked REQ every part carries `rank` (0 for a filter without search).
+  const parts = sqlFilters(f).map((sf) => {
+    const q = filterQuery(sf, params, now, expired, counts);
+    return ranked && !sf.search ? `SELECT id, created_at, raw, 0::real AS rank FROM (${q}) p` : q;
+  });
   if (parts.length === 1) return parts[0];
+  if (ranked) return rankedUnion(parts, params.add(f.limit));
   return `SELECT DISTINCT ON (created_at, id) id, created_at, raw FROM (${parts.map((p) => `(${p})`).join(' UNION ALL ')}) g
     ORDER BY created_at DESC, id LIMIT ${params.add(f.limit)}`;
+}
+
+/** Ranked parts merged: each event once, with its best rank; by rank, then newest first. */
+function rankedUnion(parts: string[], limit?: string): string {
+  return `SELECT id, created_at, raw, rank FROM (
+      SELECT DISTINCT ON (id) id, created_at, raw, rank FROM (${parts.map((p) => `(${p})`).join(' UNION ALL ')}) u ORDER BY id, rank DESC) d
+    ORDER BY rank DESC, created_at DESC, id${limit ? ` LIMIT ${limit}` : ''}`;
 }
 
 /**
@@ -283,7 +314,7 @@ export async function readPrelude(
 
 /**
  * One SQL statement for a whole REQ: each filter with its own limit, the union deduplicated and
- * ordered newest first, ties by lowest id. Returns undefined when no filter can match anything.
+ * ordered newest first, ties by lowest id; when a filter searches (NIP-50), by relevance first. Returns undefined when no filter can match anything.
  * Rows: id (bytea), raw (text).
  */
 export function reqToSql(filters: Filter[], now: number, prelude: Prelude = noPrelude): SqlQuery | undefined {
@@ -291,15 +322,17 @@ export function reqToSql(filters: Filter[], now: number, prelude: Prelude = noPr
   if (wanted.length === 0) return undefined;
   const params = parameters();
   const expired = wanted.flatMap(sqlFilters).some(isTagLed) ? params.add(prelude.expiredIds, '::bytea[]') : '';
-  const parts = wanted.map((f) => filterGroupQuery(f, params, now, expired, prelude.tagCounts));
+  const ranked = isRanked(wanted);
+  const parts = wanted.map((f) => filterGroupQuery(f, params, now, expired, prelude.tagCounts, ranked));
   const text =
     parts.length === 1
       ? parts[0]
-      : `SELECT DISTINCT ON (created_at, id) id, created_at, raw FROM (${parts.map((p) => `(${p})`).join(' UNION ALL ')}) u ORDER BY created_at DESC, id`;
+      : ranked
+        ? rankedUnion(parts)
+        : `SELECT DISTINCT ON (created_at, id) id, created_at, raw FROM (${parts.map((p) => `(${p})`).join(' UNION ALL ')}) u ORDER BY created_at DESC, id`;
   return { text, values: params.values, reusePlan: params.state.reusePlan };
 }
 
-/** NIP-45: one count over the union of the filters (limit ignored), each event counted once. */
 /**
  * One count for the union of the filters. With `hllOffset` (NIP-45, nostr/hll.ts) also the
  * HyperLogLog registers of the matching events' pubkeys, in the same scan: for each distinct pubkey,
@@ -322,6 +355,25 @@ export function countToSql(filters: Filter[], now: number, hllOffset?: number): 
       SELECT (SELECT count(*) FROM m)::bigint AS count,
              (SELECT coalesce(json_agg(json_build_array(register, v)), '[]') FROM
                 (SELECT register, max(CASE first_one WHEN 0 THEN 57 ELSE first_one END) AS v FROM r GROUP BY register) g) AS hll`,
+    values,
+  };
+}
+
+/**
+ * NIP-77: the (created_at, id) records of the events a filter matches, the newest `limit` (the
+ * filter's, at most `max` + 1, so the caller sees when there are too many), aggregated into two
+ * byte strings in negentropy order (created_at, then id bytewise): `times`, 8 bytes big-endian per
+ * record, and `ids`, 32 bytes per record. One row; no row object per event reaches Node.
+ */
+export function negentropyRecordsSql(f: Filter, now: number, max: number): SqlQuery | undefined {
+  if (matchesNothing(f)) return undefined;
+  const { values, add } = parameters();
+  const parts = sqlFilters(f).map((sf) => `SELECT e.created_at, e.id FROM events e WHERE ${eventConditions(sf, add, 'e', now).join(' AND ')}`);
+  return {
+    text: `SELECT count(*)::int AS n,
+        coalesce(string_agg(int8send(created_at), ''::bytea ORDER BY created_at, id), ''::bytea) AS times,
+        coalesce(string_agg(id, ''::bytea ORDER BY created_at, id), ''::bytea) AS ids
+      FROM (SELECT created_at, id FROM (${parts.join(' UNION ')}) u ORDER BY created_at DESC, id LIMIT ${add(Math.min(f.limit, max + 1))}) r`,
     values,
   };
 }

@@ -7,6 +7,7 @@ import { KIND_DELETION, KIND_GIFT_WRAP, KIND_VANISH } from '../nostr/kinds.js';
 import { addressKey, addressOf, deletionTargets, planBatch, vanishKeys, type BatchPlan, type DeletionRequest, type StoredFacts, type VanishRequest } from './plan-batch.js';
 import { lsnValue } from './lsn.js';
 import type { PreparedEvent, WriteResult } from './prepared-event.js';
+import { tsvectorLiteral } from '../nostr/search.js';
 
 const hex = (s: string) => Buffer.from(s, 'hex');
 
@@ -212,8 +213,10 @@ async function insertRows(client: pg.PoolClient, inserts: PreparedEvent[]): Prom
   }
   const { rows } = await client.query<{ id: string; txid: string }>(
     `WITH inserted AS (
-       INSERT INTO events (id, pubkey, kind, created_at, d_tag, expires_at, raw)
-       SELECT * FROM unnest($1::bytea[], $2::bytea[], $3::int[], $4::bigint[], $5::text[], $6::bigint[], $7::text[])
+       INSERT INTO events (id, pubkey, kind, created_at, d_tag, expires_at, raw, search)
+       SELECT id, pubkey, kind, created_at, d_tag, expires_at, raw, search::tsvector
+         FROM unnest($1::bytea[], $2::bytea[], $3::int[], $4::bigint[], $5::text[], $6::bigint[], $7::text[], $13::text[])
+           AS e(id, pubkey, kind, created_at, d_tag, expires_at, raw, search)
        ON CONFLICT (id) DO NOTHING RETURNING id
      ), tags AS (
        INSERT INTO event_tags (event_id, name, value, kind, created_at)
@@ -234,6 +237,7 @@ async function insertRows(client: pg.PoolClient, inserts: PreparedEvent[]): Prom
       values,
       kinds,
       times,
+      inserts.map((p) => (p.search ? tsvectorLiteral(p.search) : null)),
     ],
   );
   return { ids: new Set(rows.map((r) => r.id)), txid: rows[0]?.txid };

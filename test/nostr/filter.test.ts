@@ -70,7 +70,7 @@ describe('parseFilter', () => {
   });
 
   it.each([
-    ['search', { search: 'x' }],
+    ['an unknown key', { fulltext: 'x' }],
     ['a multi-letter #tag', { '#tt': ['x'] }],
     ['a bare #', { '#': ['x'] }],
     ['a #digit', { '#1': ['x'] }],

@@ -70,8 +70,16 @@ describe('parseClientMessage', () => {
     expect(parse(message)).toEqual({ ok: false, notice: 'invalid: AUTH takes exactly one event' });
   });
 
-  it.each(['NEG-OPEN', 'auth', 'req', 'Event', ''])('refuses the unknown verb %j', (verb) => {
+  it.each(['NEG-SYNC', 'auth', 'req', 'Event', ''])('refuses the unknown verb %j', (verb) => {
     expect(parse([verb, 'x'])).toMatchObject({ ok: false, notice: expect.stringMatching(/^invalid: unknown message type/) });
+  });
+
+  it('reads NIP-77 NEG-OPEN, NEG-MSG and NEG-CLOSE, and refuses malformed ones', () => {
+    expect(parse(['NEG-OPEN', 'n', { kinds: [1] }, '61'])).toEqual({ ok: true, message: { type: 'NEG-OPEN', subId: 'n', filter: { kinds: [1] }, message: '61' } });
+    expect(parse(['NEG-MSG', 'n', '61'])).toEqual({ ok: true, message: { type: 'NEG-MSG', subId: 'n', message: '61' } });
+    expect(parse(['NEG-CLOSE', 'n'])).toEqual({ ok: true, message: { type: 'NEG-CLOSE', subId: 'n' } });
+    for (const bad of [['NEG-OPEN', 'n', {}], ['NEG-OPEN', 'n', {}, 61], ['NEG-OPEN', 1, {}, '61'], ['NEG-MSG', 'n'], ['NEG-MSG', 'n', 5], ['NEG-CLOSE']])
+      expect(parse(bad)).toMatchObject({ ok: false, notice: expect.stringMatching(/^invalid: NEG-/) });
   });
 
   it('keeps the notice for an unknown verb short', () => {

@@ -112,6 +112,12 @@ describe('import', () => {
       expect(result).toMatchObject({ lines: corpus.length, accepted: corpus.length, duplicate: 0, invalid: 0, rejected: 0, complete: true });
       expect(await storedRaw(target.pool)).toEqual(corpus.map(canonicalEventJson).sort());
       expect(await tagRows(target.pool)).toEqual(await tagRows(source.pool));
+      // NIP-50 words: the import's binary COPY stores what the relay's INSERT stores.
+      const words = async (db: Database) =>
+        (await db.pool.query("SELECT encode(id, 'hex') AS id, search::text AS search FROM events WHERE expires_at IS NULL ORDER BY id")).rows;
+      const stored = await words(target);
+      expect(stored.filter((r) => r.search !== null).length).toBe(4); // two notes, the profile, the article
+      expect(stored).toEqual(await words(source));
     } finally {
       await target.close();
     }

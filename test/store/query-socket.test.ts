@@ -116,7 +116,7 @@ describe('fixed cases', () => {
   });
 
   it('refuses an unknown filter key with CLOSED unsupported:', async () => {
-    expect(await client.refused('unknown', { kinds: [1], search: 'x' })).toMatch(/^unsupported: /);
+    expect(await client.refused('unknown', { kinds: [1], fulltext: 'x' })).toMatch(/^unsupported: /);
   });
 });
 

@@ -7,7 +7,7 @@ import type { ModerationLists } from '../../policy/moderation.js';
 import { SOFTWARE_URL, VERSION } from '../../version.js';
 import type { HttpHandler, Route } from './router.js';
 
-export const SUPPORTED_NIPS = [1, 9, 11, 13, 40, 42, 45, 62, 70];
+export const SUPPORTED_NIPS = [1, 9, 11, 13, 40, 42, 45, 50, 62, 70, 77];
 
 /** `changed`: what an admin changed through the management API (NIP-86), which wins. */
 export function relayInformation(config: Config, limits: Limits, changed: ModerationLists['relayInfo'] = {}) {
