@@ -4,6 +4,7 @@
 import { ConfigError, loadConfig } from '../config.js';
 import { createLogger } from '../log.js';
 import type { Command } from './command.js';
+import { backfillSearchCommand } from './commands/backfill-search.js';
 import { backfillTagsCommand } from './commands/backfill-tags.js';
 import { exportCommand } from './commands/export.js';
 import { importNostreamCommand } from './commands/import-nostream.js';
@@ -15,7 +16,7 @@ import { UsageError } from './commands/shared.js';
 import { statsCommand } from './commands/stats.js';
 
 const commands: Command[] = [
-  migrate, backfillTagsCommand, importNostreamCommand, importCommand, exportCommand, pruneCommand, statsCommand,
+  migrate, backfillTagsCommand, backfillSearchCommand, importNostreamCommand, importCommand, exportCommand, pruneCommand, statsCommand,
   banCommand, unbanCommand, allowCommand, disallowCommand, listCommand,
 ];
 

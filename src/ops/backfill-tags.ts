@@ -23,8 +23,9 @@ import type { NostrEvent } from '../nostr/event.js';
 import { indexedTags, MAX_INDEXED_TAG_VALUE_BYTES } from '../nostr/tags.js';
 import { hasSqlState, inSqlStateClass, sqlState, SQLSTATE } from '../store/pg-errors.js';
 import { withTransaction } from '../store/write.js';
-import { clearCheckpoint, readCheckpoint, saveCheckpoint } from './checkpoint.js';
-import { estimatedEvents, noProgress, type Progress } from './progress.js';
+import { clearCheckpoint, saveCheckpoint } from './checkpoint.js';
+import { positionText, readBlockCheckpoint, readHeap, tidBounds, type BlockRange, type Heap } from './heap-blocks.js';
+import { noProgress, type Progress } from './progress.js';
 
 export const BACKFILL_CHECKPOINT = 'backfill-tags';
 
@@ -75,14 +76,6 @@ export interface BackfillResult extends BackfillCounts {
 // row estimates, and so its plan, worse (~30% more CPU per batch).
 const NUL_ESCAPE = '\\u0000';
 
-/** A batch: the heap blocks [from, to) of `events`. */
-interface BlockRange {
-  from: number;
-  to: number;
-}
-
-/** The TID range of a block range, bound as $1 and $2: `ctid >= $1::tid AND ctid < $2::tid`. */
-const tidBounds = (r: BlockRange) => [`(${r.from},0)`, `(${r.to},0)`];
 const IN_RANGE = 'e.ctid >= $1::tid AND e.ctid < $2::tid';
 
 /** How a batch runs: see batchSql. */
@@ -235,48 +228,10 @@ async function backfillBlocks(pool: pg.Pool, range: BlockRange, mode: BatchMode,
   }
 }
 
-/** The heap of `events` as the run starts: its size in blocks, its file, its events per block. */
-interface Heap {
-  blocks: number;
-  /** Changes when the table is rewritten (VACUUM FULL, CLUSTER): block numbers then mean nothing. */
-  filenode: string;
-  eventsPerBlock: number;
-}
-
-async function readHeap(pool: pg.Pool): Promise<Heap> {
-  const { rows } = await pool.query<{ blocks: string; filenode: string; per_block: number | null }>(
-    `SELECT pg_relation_size(c.oid) / current_setting('block_size')::bigint AS blocks,
-            pg_relation_filenode(c.oid)::text AS filenode,
-            CASE WHEN c.relpages > 0 AND c.reltuples > 0 THEN c.reltuples / c.relpages END AS per_block
-       FROM pg_class c WHERE c.oid = 'events'::regclass`,
-  );
-  const blocks = Number(rows[0].blocks);
-  const eventsPerBlock = rows[0].per_block ?? (blocks > 0 ? (await estimatedEvents(pool)) / blocks : 0);
-  return { blocks, filenode: rows[0].filenode, eventsPerBlock };
-}
-
-/**
- * The checkpoint's position: the next block to do, and the table's file it counts blocks in.
- * Earlier versions saved an event id (batches by id range), which no block number can stand for.
- */
-const positionText = (nextBlock: number, heap: Heap) => `block ${nextBlock} of relfilenode ${heap.filenode}`;
-const POSITION = /^block (\d+) of relfilenode (\d+)$/;
-
 /** Where to start: the saved block, unless the checkpoint cannot be used (then from block 0). */
 async function readStart(pool: pg.Pool, heap: Heap, log?: Logger): Promise<{ block: number; counts: BackfillCounts } | undefined> {
-  const checkpoint = await readCheckpoint<BackfillCounts>(pool, BACKFILL_CHECKPOINT);
-  if (!checkpoint) return undefined;
-  const match = POSITION.exec(checkpoint.position);
-  if (!match) {
-    log?.warn({ position: checkpoint.position }, 'backfill: the checkpoint is from an earlier version (an id, not a heap block) and cannot be resumed: starting from the first block');
-    return undefined;
-  }
-  if (match[2] !== heap.filenode) {
-    log?.warn({ position: checkpoint.position }, 'backfill: events was rewritten (VACUUM FULL, CLUSTER) since the checkpoint: starting from the first block');
-    return undefined;
-  }
-  const counts = { events: checkpoint.counts.events ?? 0, tagRows: checkpoint.counts.tagRows ?? 0 };
-  return { block: Number(match[1]), counts };
+  const start = await readBlockCheckpoint<BackfillCounts>(pool, BACKFILL_CHECKPOINT, heap, log);
+  return start && { block: start.block, counts: { events: start.counts.events ?? 0, tagRows: start.counts.tagRows ?? 0 } };
 }
 
 export async function backfillTags(pool: pg.Pool, options: BackfillOptions = {}): Promise<BackfillResult> {
