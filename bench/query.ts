@@ -10,7 +10,8 @@ import { loadConfig } from '../src/config.js';
 import { createLogger } from '../src/log.js';
 import { parseFilter } from '../src/nostr/filter.js';
 import { createPool, openDatabase } from '../src/store/database.js';
-import { readPrelude, reqToSql } from '../src/store/query.js';
+import { countToSql, readPrelude, reqToSql } from '../src/store/query.js';
+import { needsPreparing, prepareSearch } from '../src/store/search.js';
 import { baselineSql, createBaseline, dropBaseline } from './lib/jsonb-baseline.js';
 import { loadManifest } from './lib/manifest.js';
 import { startRelayProcess } from './lib/relay-process.js';
@@ -22,13 +23,17 @@ const HELP = `usage: npm run bench:query -- [options]
 Runs each REQ shape against the relay over a WebSocket (the clock stops at EOSE) and, unless
 --no-baseline, the same filters as JSONB @> SQL on a benchmark-only copy of the events (created and
 dropped here). Needs a seeded database (npm run bench:seed) at DATABASE_URL or DATA_DIR.
+NIP-50 shapes (search-*) have no @> baseline (JSONB containment cannot search words): '–' in the
+table, and the baseline table is not built when only they run; their matching events are counted
+once (the relay's COUNT SQL) for the "matches" column.
 
 options:
   --iterations N           REQs per shape (default 50)
   --baseline-iterations N  baseline queries per shape (default 10)
   --no-baseline            skip the JSONB baseline
   --keep-baseline          keep the baseline table for another run
-  --shapes a,b             only these shapes
+  --shapes a,b             only these shapes; a name ending in * is a prefix (--shapes 'search-*')
+  --only-search            only the search-* shapes (same as --shapes 'search-*')
   --out DIR                output folder (default bench-out/query)`;
 
 interface Row {
@@ -38,6 +43,22 @@ interface Row {
   ours: Summary;
   baseline?: Summary;
   baselineRows?: number;
+  /** Search shapes: the events the representative filter matches before its limit. */
+  matches?: number;
+  /** REQs the relay ended with CLOSED (e.g. its statement timeout) instead of EOSE. */
+  closed?: number;
+  closedReason?: string;
+}
+
+const isSearchShape = (name: string) => name.startsWith('search-');
+
+/** Shapes named by --shapes: exact names, or prefixes ending in `*`. */
+function selectShapes<T extends { name: string }>(all: T[], wanted: string[] | undefined): T[] {
+  if (!wanted) return all;
+  const matches = (p: string, name: string) => (p.endsWith('*') ? name.startsWith(p.slice(0, -1)) : name === p);
+  const unknown = wanted.filter((p) => !all.some((s) => matches(p, s.name)));
+  if (unknown.length) throw new Error(`unknown shape ${unknown.join(', ')}; known: ${all.map((s) => s.name).join(', ')}`);
+  return all.filter((s) => wanted.some((p) => matches(p, s.name)));
 }
 
 /** baseline ÷ ours: "×153", "×2.4", or "×0.31" when ours is slower. */
@@ -54,9 +75,12 @@ function connect(url: string): Promise<WebSocket> {
   });
 }
 
-/** Sends one REQ and resolves at EOSE with the elapsed milliseconds and the events received. */
-function timedReq(ws: WebSocket, subId: string, filters: Filter[]): Promise<{ ms: number; events: number }> {
-  return new Promise((resolve, reject) => {
+/**
+ * Sends one REQ and resolves at EOSE with the elapsed milliseconds and the events received; at CLOSED
+ * (e.g. the relay's statement timeout) with `closed`, the reason.
+ */
+function timedReq(ws: WebSocket, subId: string, filters: Filter[]): Promise<{ ms: number; events: number; closed?: string }> {
+  return new Promise((resolve) => {
     let events = 0;
     const started = performance.now();
     const onMessage = (data: WebSocket.RawData) => {
@@ -67,8 +91,8 @@ function timedReq(ws: WebSocket, subId: string, filters: Filter[]): Promise<{ ms
         if (m[1] !== subId) return;
         ws.off('message', onMessage);
         ws.send(JSON.stringify(['CLOSE', subId]));
-        if (m[0] === 'CLOSED') reject(new Error(`CLOSED: ${m[2]}`));
-        else resolve({ ms: performance.now() - started, events });
+        const elapsed = performance.now() - started;
+        resolve(m[0] === 'CLOSED' ? { ms: elapsed, events, closed: String(m[2]) } : { ms: elapsed, events });
       }
     };
     ws.on('message', onMessage);
@@ -84,6 +108,7 @@ async function main(): Promise<void> {
       'no-baseline': { type: 'boolean', default: false },
       'keep-baseline': { type: 'boolean', default: false },
       shapes: { type: 'string' },
+      'only-search': { type: 'boolean', default: false },
       out: { type: 'string', default: 'bench-out/query' },
       help: { type: 'boolean', default: false },
     },
@@ -109,22 +134,29 @@ async function main(): Promise<void> {
     const { rows: countRows } = await pool.query('SELECT count(*)::bigint AS n FROM events');
     const eventCount = Number(countRows[0].n);
     say(`${eventCount} events; relay at ${relay.url}`);
-    const wanted = values.shapes?.split(',');
-    const shapes = queryShapes(manifest).filter((s) => !wanted || wanted.includes(s.name));
+    const wanted = values['only-search'] ? ['search-*'] : values.shapes?.split(',');
+    const shapes = selectShapes(queryShapes(manifest), wanted);
     const ws = await connect(relay.url);
     const results: Row[] = [];
-    if (!values['no-baseline']) await createBaseline(basePool, say);
+    // The @> baseline only serves shapes without search.
+    const baseline = !values['no-baseline'] && shapes.some((s) => !isSearchShape(s.name));
+    const loadBefore = os.loadavg();
+    if (baseline) await createBaseline(basePool, say);
 
     for (const shape of shapes) {
       const samples: number[] = [];
       let rows = 0;
+      let closed = 0;
+      let closedReason: string | undefined;
       for (let i = 0; i < 3; i++) await timedReq(ws, 'warm', shape.filters()); // warm caches and the pool
       for (let i = 0; i < iterations; i++) {
         const r = await timedReq(ws, `q${i}`, shape.filters());
-        samples.push(r.ms);
+        samples.push(r.ms); // a CLOSED one counts with its time to CLOSED: a lower bound
         rows = Math.max(rows, r.events);
+        if (r.closed !== undefined) (closed++, (closedReason ??= r.closed));
       }
       const row: Row = { shape: shape.name, description: shape.description, rows, ours: summarize(samples) };
+      if (closed) Object.assign(row, { closed, closedReason });
 
       // EXPLAIN of our SQL and of the baseline, for one representative request.
       const filters = shape.filters();
@@ -133,13 +165,18 @@ async function main(): Promise<void> {
         if (!p.ok) throw new Error(`${shape.name}: ${p.reason}`);
         return p.value;
       });
+      if (needsPreparing(parsed)) await prepareSearch(pool, parsed); // language:xx stems its words first
       const now = Math.floor(Date.now() / 1000);
       const prelude = await readPrelude(parsed, now, async (q) => (await pool.query(q.text, q.values)).rows[0]);
       const ours = reqToSql(parsed, now, prelude)!;
       const plan = await pool.query(`EXPLAIN (ANALYZE, BUFFERS) ${ours.text}`, ours.values);
       await writeFile(path.join(outDir, 'explain', `${shape.name}.ours.txt`), plan.rows.map((r) => r['QUERY PLAN']).join('\n') + '\n');
+      if (parsed.some((f) => f.search)) {
+        const count = countToSql(parsed, now);
+        row.matches = count ? Number((await pool.query(count.text, count.values)).rows[0].count) : 0;
+      }
 
-      if (!values['no-baseline']) {
+      if (baseline && !isSearchShape(shape.name)) {
         const baseSamples: number[] = [];
         for (let i = 0; i < baselineIterations; i++) {
           const sql = baselineSql(shape.filters(), config.DEFAULT_LIMIT);
@@ -155,24 +192,35 @@ async function main(): Promise<void> {
       }
       results.push(row);
       const b = row.baseline;
-      say(`${shape.name.padEnd(16)} rows ${String(rows).padStart(4)}  ours p50 ${ms(row.ours.p50)} p95 ${ms(row.ours.p95)} p99 ${ms(row.ours.p99)} ms` +
-        (b ? `  |  @> p50 ${ms(b.p50)} p95 ${ms(b.p95)} ms  (${speedup(b.p50, row.ours.p50)})` : ''));
+      say(`${shape.name.padEnd(16)} rows ${String(rows).padStart(4)}${row.matches !== undefined ? ` of ${row.matches}` : ''}  ours p50 ${ms(row.ours.p50)} p95 ${ms(row.ours.p95)} p99 ${ms(row.ours.p99)} ms` +
+        (b ? `  |  @> p50 ${ms(b.p50)} p95 ${ms(b.p95)} ms  (${speedup(b.p50, row.ours.p50)})` : '') +
+        (closed ? `  |  ${closed}/${iterations} CLOSED: ${closedReason}` : ''));
     }
     ws.close();
-    if (!values['no-baseline'] && !values['keep-baseline']) await dropBaseline(basePool);
+    if (baseline && !values['keep-baseline']) await dropBaseline(basePool);
+    const loadAfter = os.loadavg();
+    const load = (l: number[]) => l.map((x) => x.toFixed(2)).join(', ');
+    // A "matches" column when search shapes ran; a footnote for REQs that ended in CLOSED.
+    const withMatches = results.some((r) => r.matches !== undefined);
+    const matchesCell = (r: Row) => (withMatches ? ` ${r.matches ?? '–'} |` : '');
+    const closedNotes = results.filter((r) => r.closed).map((r) => `${r.shape}: ${r.closed} of ${iterations} REQs ended in CLOSED (${r.closedReason}); their time to CLOSED is in the percentiles.`);
 
     const table = [
-      `${eventCount.toLocaleString('en-US')} events · ${os.cpus().length} cores (${os.cpus()[0]?.model ?? 'unknown CPU'}) · ${iterations} REQs per shape over one WebSocket, clock stops at EOSE; baseline: ${baselineIterations} runs of the same filters as JSONB @> SQL (GIN index), timed at the database`,
+      `${eventCount.toLocaleString('en-US')} events · ${os.cpus().length} cores (${os.cpus()[0]?.model ?? 'unknown CPU'}) · ${iterations} REQs per shape over one WebSocket, clock stops at EOSE; ` +
+        (baseline ? `baseline: ${baselineIterations} runs of the same filters as JSONB @> SQL (GIN index), timed at the database` : 'no baseline'),
       '',
-      '| shape | rows | ours p50 | ours p95 | ours p99 | @> p50 | @> p95 | @> p99 | speed-up (p50) |',
-      '|---|---:|---:|---:|---:|---:|---:|---:|---:|',
+      `load average (1, 5, 15 min): ${load(loadBefore)} before, ${load(loadAfter)} after`,
+      '',
+      `| shape | rows |${withMatches ? ' matches |' : ''} ours p50 | ours p95 | ours p99 | @> p50 | @> p95 | @> p99 | speed-up (p50) |`,
+      `|---|---:|${withMatches ? '---:|' : ''}---:|---:|---:|---:|---:|---:|---:|`,
       ...results.map((r) =>
-        `| ${r.shape} | ${r.rows} | ${ms(r.ours.p50)} | ${ms(r.ours.p95)} | ${ms(r.ours.p99)} | ${ms(r.baseline?.p50 ?? NaN)} | ${ms(r.baseline?.p95 ?? NaN)} | ${ms(r.baseline?.p99 ?? NaN)} | ${r.baseline ? speedup(r.baseline.p50, r.ours.p50) : '–'} |`),
+        `| ${r.shape} | ${r.rows} |${matchesCell(r)} ${ms(r.ours.p50)} | ${ms(r.ours.p95)} | ${ms(r.ours.p99)} | ${ms(r.baseline?.p50 ?? NaN)} | ${ms(r.baseline?.p95 ?? NaN)} | ${ms(r.baseline?.p99 ?? NaN)} | ${r.baseline ? speedup(r.baseline.p50, r.ours.p50) : '–'} |`),
       '',
-      'Times in milliseconds.',
+      'Times in milliseconds.' + (withMatches ? ' matches: events the search filter matches before its limit (search shapes only).' : ''),
+      ...closedNotes.map((n) => `\n${n}`),
     ].join('\n');
     await writeFile(path.join(outDir, 'results.md'), table + '\n');
-    await writeFile(path.join(outDir, 'results.json'), JSON.stringify({ events: eventCount, iterations, results }, null, 2));
+    await writeFile(path.join(outDir, 'results.json'), JSON.stringify({ events: eventCount, iterations, loadBefore, loadAfter, results }, null, 2));
     console.log(table);
     say(`\nwritten to ${outDir} (results.md, results.json, explain/)`);
   } finally {

@@ -8,7 +8,9 @@ import type pg from 'pg';
 import { loadConfig } from '../src/config.js';
 import { createLogger } from '../src/log.js';
 import { createPool, openDatabase } from '../src/store/database.js';
+import { tsvectorLiteral } from '../src/nostr/search.js';
 import { prepareEvent, type PreparedEvent } from '../src/store/prepared-event.js';
+import { withTransaction } from '../src/store/write.js';
 import { generateCorpus, type Manifest } from './lib/corpus.js';
 import { saveManifest } from './lib/manifest.js';
 
@@ -47,21 +49,15 @@ async function writeBatch(pool: pg.Pool, batch: PreparedEvent[]): Promise<void> 
   for (const p of batch) {
     const e = p.event;
     const d = p.dTag === null ? '\\N' : copyText(p.dTag);
-    events.push(`\\\\x${e.id}\t\\\\x${e.pubkey}\t${e.kind}\t${e.created_at}\t${d}\t${p.expiresAt ?? '\\N'}\t${copyText(p.raw)}\n`);
+    // NIP-50: the words as the relay stores them (store/write.ts casts the same literal to tsvector).
+    const search = p.search ? copyText(tsvectorLiteral(p.search)) : '\\N';
+    events.push(`\\\\x${e.id}\t\\\\x${e.pubkey}\t${e.kind}\t${e.created_at}\t${d}\t${p.expiresAt ?? '\\N'}\t${copyText(p.raw)}\t${search}\n`);
     for (const [name, value] of p.tags) tags.push(`\\\\x${e.id}\t${name}\t${copyText(value)}\t${e.kind}\t${e.created_at}\n`);
   }
-  const client = await pool.connect();
-  try {
-    await client.query('BEGIN');
-    await copyRows(client, 'COPY events (id, pubkey, kind, created_at, d_tag, expires_at, raw) FROM STDIN', events);
+  await withTransaction(pool, async (client) => {
+    await copyRows(client, 'COPY events (id, pubkey, kind, created_at, d_tag, expires_at, raw, search) FROM STDIN', events);
     await copyRows(client, 'COPY event_tags (event_id, name, value, kind, created_at) FROM STDIN', tags);
-    await client.query('COMMIT');
-  } catch (err) {
-    await client.query('ROLLBACK').catch(() => undefined);
-    throw err;
-  } finally {
-    client.release();
-  }
+  });
 }
 
 async function main(): Promise<void> {

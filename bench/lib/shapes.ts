@@ -1,6 +1,6 @@
 // The REQ shapes a real client mix sends, drawn from a seeded corpus' manifest. Shared by the query
 // benchmark and the k6 load scripts so both measure the same requests.
-import type { Manifest } from './corpus.js';
+import { words, type Manifest } from './corpus.js';
 import { prng } from './random.js';
 
 export type Filter = Record<string, unknown>;
@@ -13,7 +13,7 @@ export interface Shape {
 }
 
 /** `n` distinct authors spread over popularity ranks (a few very active, many occasional). */
-function spreadAuthors(m: Manifest, n: number, random: () => number): string[] {
+export function spreadAuthors(m: Manifest, n: number, random: () => number): string[] {
   const chosen = new Set<string>();
   while (chosen.size < Math.min(n, m.authors.length)) {
     const rank = Math.floor(Math.pow(random(), 2) * m.authors.length); // biased towards popular ranks
@@ -60,6 +60,87 @@ export function queryShapes(m: Manifest, seed = 7): Shape[] {
       name: 'two-tag-letters',
       description: '{"#e":[5 popular notes],"#p":[20 pubkeys]}',
       filters: () => [{ '#e': Array.from({ length: 5 }, () => pickOne(m.popularNotes)), '#p': spreadAuthors(m, 20, random) }],
+    },
+    // Drawn from their own generator, so the shapes above see the same values as before.
+    ...searchShapes(m, seed + 1000),
+  ];
+}
+
+/**
+ * The words the corpus writes notes, articles and profile descriptions with (corpus.ts `words`),
+ * most frequent first: measured on a fixed sample of that generator, so the list is deterministic.
+ * They are drawn uniformly from a short list, so each one is in most notes; rarer words come from
+ * hashtags (a long Zipf tail, and an event's `t` tags are among its search words).
+ */
+export function noteVocabulary(sampleChars = 200_000): Array<{ word: string; share: number }> {
+  const counts = new Map<string, number>();
+  let total = 0;
+  for (const w of words(prng(1), sampleChars).split(' ')) {
+    counts.set(w, (counts.get(w) ?? 0) + 1);
+    total++;
+  }
+  return [...counts]
+    .sort((a, b) => b[1] - a[1] || (a[0] < b[0] ? -1 : 1))
+    .map(([word, n]) => ({ word, share: n / total }));
+}
+
+/**
+ * NIP-50 shapes, `search-*`, limit 50 (a search page) unless said. Frequencies on the 1M corpus:
+ * a common note word is in ~36% of all events (~360k), a top hashtag that notes do not use as a
+ * word in 3k–12k, a hashtag of rank 150–199 in 150–200; ten times as many at 10M.
+ */
+export function searchShapes(m: Manifest, seed: number): Shape[] {
+  const random = prng(seed);
+  const pick = <T>(list: T[]) => list[Math.floor(random() * list.length)];
+  const vocabulary = noteVocabulary().map((v) => v.word);
+  const inNotes = new Set(vocabulary);
+  const common = vocabulary.filter((w) => w.length >= 4).slice(0, 5); // the most frequent words of four letters or more
+  const twoCommon = (): [string, string] => {
+    const a = pick(common);
+    const rest = common.filter((w) => w !== a);
+    return [a, pick(rest)];
+  };
+  const hashtagWords = m.hashtags.filter((t) => !inNotes.has(t)); // by popularity rank
+  const mid = hashtagWords.slice(0, 3);
+  const rare = hashtagWords.slice(-50);
+  // Plurals whose English stem is the word itself (not `…y`, `…s`, `…x`, which the stemmer rewrites).
+  const plurals = common.filter((w) => /[^sxy]$/.test(w)).map((w) => w + 's');
+  const SEARCH_LIMIT = 50;
+  return [
+    { name: 'search-rare', description: '{"search":"<hashtag of rank 150-199>","limit":50}', filters: () => [{ search: pick(rare), limit: SEARCH_LIMIT }] },
+    { name: 'search-mid', description: '{"search":"<top hashtag, not a note word>","limit":50}', filters: () => [{ search: pick(mid), limit: SEARCH_LIMIT }] },
+    { name: 'search-common', description: '{"search":"<common note word>","limit":50}', filters: () => [{ search: pick(common), limit: SEARCH_LIMIT }] },
+    { name: 'search-and', description: '{"search":"<common> <common>","limit":50}', filters: () => [{ search: twoCommon().join(' '), limit: SEARCH_LIMIT }] },
+    {
+      name: 'search-phrase',
+      description: '{"search":"\\"<common> <common>\\"","limit":50}',
+      filters: () => [{ search: `"${twoCommon().join(' ')}"`, limit: SEARCH_LIMIT }],
+    },
+    {
+      name: 'search-exclude',
+      description: '{"search":"<top hashtag> -<common>","limit":50}',
+      filters: () => [{ search: `${pick(mid)} -${pick(common)}`, limit: SEARCH_LIMIT }],
+    },
+    {
+      name: 'search-language',
+      description: '{"search":"<common>s language:en","limit":50} (stemmed, prefix match)',
+      filters: () => [{ search: `${pick(plurals)} language:en`, limit: SEARCH_LIMIT }],
+    },
+    {
+      name: 'search-recent',
+      description: '{"kinds":[1],"since":end-1..7 days,"search":"<common>","limit":50}',
+      filters: () => [{ kinds: [1], since: m.end - Math.floor(86400 * (1 + 6 * random())), search: pick(common), limit: SEARCH_LIMIT }],
+    },
+    {
+      name: 'search-authors',
+      description: '{"authors":[100],"search":"<common>","limit":50}',
+      filters: () => [{ authors: spreadAuthors(m, 100, random), search: pick(common), limit: SEARCH_LIMIT }],
+    },
+    {
+      // corpus.ts names a profile `user<author rank>`: one match (or none, for an author without one).
+      name: 'search-profile',
+      description: '{"kinds":[0],"search":"user<rank < 1000>"}',
+      filters: () => [{ kinds: [0], search: `user${Math.floor(random() * 1000)}` }],
     },
   ];
 }

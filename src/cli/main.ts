@@ -14,9 +14,10 @@ import { allowCommand, banCommand, disallowCommand, listCommand, unbanCommand } 
 import { pruneCommand } from './commands/prune.js';
 import { UsageError } from './commands/shared.js';
 import { statsCommand } from './commands/stats.js';
+import { syncCommand } from './commands/sync.js';
 
 const commands: Command[] = [
-  migrate, backfillTagsCommand, backfillSearchCommand, importNostreamCommand, importCommand, exportCommand, pruneCommand, statsCommand,
+  migrate, backfillTagsCommand, backfillSearchCommand, importNostreamCommand, importCommand, exportCommand, syncCommand, pruneCommand, statsCommand,
   banCommand, unbanCommand, allowCommand, disallowCommand, listCommand,
 ];
 

@@ -189,7 +189,8 @@ export class Connection {
     }
     const m = parsed.message;
     metrics.message(m.type);
-    if (m.type !== 'CLOSE' && !this.withinBudget(m)) return this.overBudget(m);
+    // NEG-MSG rounds have their own budget (relay/negentropy.ts); NEG-OPEN spends from the query budget.
+    if (m.type !== 'CLOSE' && m.type !== 'NEG-MSG' && m.type !== 'NEG-CLOSE' && !this.withinBudget(m)) return this.overBudget(m);
     switch (m.type) {
       case 'EVENT':
         return this.onEvent(m.event);
@@ -223,7 +224,7 @@ export class Connection {
     const why = reason.rateLimited('slow down: too many messages from this address or key');
     const query = m?.type === 'REQ' || m?.type === 'COUNT' || m?.type === 'NEG-OPEN';
     this.ctx.metrics.limited(query ? 'query' : 'event');
-    if (m?.type === 'NEG-OPEN' || m?.type === 'NEG-MSG') {
+    if (m?.type === 'NEG-OPEN') {
       this.negentropy.close(m.subId);
       this.send(negErrorMessage(m.subId, why));
     } else if (m?.type === 'REQ' || m?.type === 'COUNT') {

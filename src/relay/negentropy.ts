@@ -13,6 +13,15 @@ import * as reason from '../nostr/reason.js';
 import { readNegentropySet } from '../store/negentropy.js';
 import { needsPreparing, prepareSearch } from '../store/search.js';
 import { nowSeconds, type RelayContext } from './context.js';
+import { TokenBuckets } from './rate-limit.js';
+
+/**
+ * NEG-MSG rounds per connection: a burst of 500, then 50 a second. A sync is many quick rounds (1 %
+ * of 1,000,000 events: ~150 at the default frame size), so rounds are not charged to the
+ * connection's event budget; but each can cost a pass over its snapshot, so they have their own.
+ */
+const ROUNDS_BURST = 500;
+const ROUNDS_PER_SECOND = 50;
 
 /** Records held by every open session of this process (NEGENTROPY_MAX_TOTAL_RECORDS). */
 export class NegentropyBudget {
@@ -47,6 +56,7 @@ export class NegentropySessions {
   /** Sessions whose snapshot is being read: a NEG-CLOSE or a newer NEG-OPEN removes the entry. */
   private readonly opening = new Map<string, number>();
   private turns = 0;
+  private readonly rounds = new TokenBuckets(ROUNDS_PER_SECOND, ROUNDS_BURST, { maxKeys: 1 });
 
   constructor(
     private readonly ctx: RelayContext,
@@ -99,6 +109,10 @@ export class NegentropySessions {
     if (!HEX.test(hex)) {
       this.close(subId);
       return this.send(negErrorMessage(subId, reason.invalid('the negentropy message must be hex')));
+    }
+    if (!this.rounds.take('', performance.now())) {
+      this.close(subId);
+      return this.send(negErrorMessage(subId, reason.rateLimited(`more than ${ROUNDS_PER_SECOND} negentropy rounds a second on this connection`)));
     }
     session.idle.refresh();
     this.reply(subId, session, hex);

@@ -167,6 +167,7 @@ function tagLedQuery(f: SqlFilter, { add, branchValues }: Params, now: number, e
       `EXISTS (SELECT 1 FROM event_tags x WHERE x.event_id = t.event_id AND x.name = ${add(other.name)} AND x.value = ANY(${add(other.values, '::text[]')})${probe})`,
     );
   }
+  if (f.search?.compiled) conditions.push(`EXISTS (SELECT 1 FROM events s WHERE s.id = t.event_id AND s.search @@ ${add(f.search.compiled.tsquery)}::tsquery)`);
   // Authors live on events: only then does a branch join it.
   const from = f.authors ? `event_tags t JOIN events a ON a.id = t.event_id AND a.pubkey = ANY(${add(f.authors.map(hex), '::bytea[]')})` : 'event_tags t';
   const where = conditions.join(' AND ');
@@ -228,26 +229,35 @@ function plainQuery(f: SqlFilter, add: Add, now: number): string {
 }
 
 /**
- * NIP-50: the matches ranked by ts_rank on events.search (GIN index events_search), ties newest
- * first, `limit` applied after ranking. The inner query ranks ids only; the rows of the winners are
- * read after. Rows carry `rank`.
+ * NIP-50 ranks the newest this many matches of a search filter (or its limit, if larger). Ranking
+ * every match before the limit reads every matching row: a word in a third of 10,000,000 events
+ * took over 4 s and hit the statement timeout, against ~4 ms for its newest 2,000
+ * (docs/benchmarks.md). So a search is "the most relevant of the newest 2,000 matches"; a word rarer
+ * than that is ranked over all its matches.
  */
-function searchQuery(f: SqlFilter, add: Add, now: number): string {
-  const where = eventConditions(f, add, 'events', now);
-  const query = add(f.search!.compiled!.tsquery);
-  return `SELECT e.id, s.created_at, e.raw, s.rank FROM (
-      SELECT id, created_at, ts_rank(search, ${query}::tsquery) AS rank FROM events WHERE ${where.join(' AND ')}
-      ORDER BY rank DESC, created_at DESC, id LIMIT ${add(f.limit)}) s
-    JOIN events e ON e.id = s.id ORDER BY s.rank DESC, s.created_at DESC, s.id`;
+export const SEARCH_RANK_WINDOW = 2000;
+
+/**
+ * NIP-50: the newest SEARCH_RANK_WINDOW matches, found by the same routes as any filter (the search
+ * condition in every branch; a selective word through the GIN index events_search), then ranked by
+ * ts_rank, ties newest first, and cut at `limit` after ranking. Rows carry `rank`.
+ */
+function searchQuery(f: SqlFilter, params: Params, now: number, expired: string, counts: Map<TagCondition, number>): string {
+  const candidates = filterQuery({ ...f, limit: Math.max(f.limit, SEARCH_RANK_WINDOW) }, params, now, expired, counts, false);
+  const query = params.add(f.search!.compiled!.tsquery);
+  return `SELECT c.id, c.created_at, c.raw, ts_rank(s.search, ${query}::tsquery) AS rank
+    FROM (${candidates}) c JOIN events s ON s.id = c.id
+    ORDER BY rank DESC, c.created_at DESC, c.id LIMIT ${params.add(f.limit)}`;
 }
 
-const isTagLed = (f: SqlFilter) => !f.ids && !f.search && f.tags.length > 0;
+const isTagLed = (f: SqlFilter) => !f.ids && f.tags.length > 0;
 
 /** Whether a REQ's rows are ordered by relevance: one of its filters searches (NIP-50). */
 const isRanked = (filters: Filter[]) => filters.some((f) => f.search);
 
-function filterQuery(f: SqlFilter, params: Params, now: number, expired: string, counts: Map<TagCondition, number>): string {
-  if (f.search) return searchQuery(f, params.add, now);
+/** `ranked`: a search filter ranks its matches (searchQuery); false for the candidates themselves. */
+function filterQuery(f: SqlFilter, params: Params, now: number, expired: string, counts: Map<TagCondition, number>, ranked = true): string {
+  if (f.search && ranked) return searchQuery(f, params, now, expired, counts);
   if (f.ids) return plainQuery(f, params.add, now);
   if (isTagLed(f)) return tagLedQuery(f, params, now, expired, counts);
   if (f.authors) return authorLedQuery(f, params, now);

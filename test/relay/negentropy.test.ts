@@ -232,6 +232,23 @@ describe('NIP-77 negentropy', () => {
     }
   });
 
+  it('gives NEG-MSG rounds their own budget: a burst of 500, then NEG-ERR rate-limited:', async () => {
+    const c = await TestClient.connect(relay.url);
+    try {
+      const from = c.mark;
+      c.send(['NEG-OPEN', 'r', { kinds: [1] }, '61']);
+      await nextNeg('r', from, c);
+      for (let i = 0; i < 520; i++) c.send(['NEG-MSG', 'r', '61']);
+      const refused = await c.waitFor((m) => m[0] === 'NEG-ERR' && m[1] === 'r', 10_000, from);
+      expect(refused[2]).toBe('rate-limited: more than 50 negentropy rounds a second on this connection');
+      const answered = c.messages.slice(from).filter((m) => m[0] === 'NEG-MSG').length;
+      expect(answered).toBeGreaterThanOrEqual(501); // the NEG-OPEN's reply and at least the burst
+      expect(answered).toBeLessThan(521);
+    } finally {
+      c.close();
+    }
+  });
+
   it('is listed in NIP-11', async () => {
     const info = (await (await fetch(relay.url.replace('ws', 'http'), { headers: { Accept: 'application/nostr+json' } })).json()) as { supported_nips: number[] };
     expect(info.supported_nips).toEqual(expect.arrayContaining([50, 62, 77]));
