@@ -9,7 +9,7 @@ import type { ChangeFeed } from '../store/feed.js';
 import type { ReadRouter } from '../store/replicas.js';
 import type { EventWriter } from '../store/writer.js';
 import type { RelayMetrics } from './metrics.js';
-import type { NegentropyBudget } from './negentropy.js';
+import type { NegentropyBudget } from './negentropy-budget.js';
 import type { RateLimiter } from './rate-limit.js';
 import type { SubscriptionIndex } from './subscriptions.js';
 

@@ -23,27 +23,6 @@ import { TokenBuckets } from './rate-limit.js';
 const ROUNDS_BURST = 500;
 const ROUNDS_PER_SECOND = 50;
 
-/** Records held by every open session of this process (NEGENTROPY_MAX_TOTAL_RECORDS). */
-export class NegentropyBudget {
-  private used = 0;
-
-  constructor(private readonly max: number) {}
-
-  get records(): number {
-    return this.used;
-  }
-
-  take(n: number): boolean {
-    if (this.used + n > this.max) return false;
-    this.used += n;
-    return true;
-  }
-
-  give(n: number): void {
-    this.used -= n;
-  }
-}
-
 interface Session {
   set: NegentropySet;
   idle: NodeJS.Timeout;

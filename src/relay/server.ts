@@ -30,7 +30,7 @@ import { nowSeconds, type RelayContext } from './context.js';
 import { healthRoutes } from './http/health.js';
 import { managementHandler } from './http/management.js';
 import { metricsRoute } from './http/metrics.js';
-import { NegentropyBudget } from './negentropy.js';
+import { NegentropyBudget } from './negentropy-budget.js';
 import { relayEndpoint, relayInformation } from './http/nip11.js';
 import { HttpRouter, pathOf } from './http/router.js';
 import { statusPageHandler, statusRoutes } from './http/status.js';
