@@ -10,6 +10,7 @@ import * as secp from 'tiny-secp256k1';
 import WebSocket from 'ws';
 import { computeEventId, type NostrEvent } from '../src/nostr/event.js';
 import { cpuSeconds, mainThreadCpuSeconds, postgresPids } from './load/system.js';
+import { words } from './lib/corpus.js';
 import { prng } from './lib/random.js';
 import { startRelayProcess, type RelayProcess } from './lib/relay-process.js';
 import { relayPids, relaysCpuSeconds } from './lib/relays.js';
@@ -27,6 +28,8 @@ options:
   --window N            events in flight per publisher (default 25); closed loop
   --rate R              open loop instead: send R events/s in total (e.g. 5000)
   --size BYTES          content size of each event (default 1000)
+  --text random|words   content: random letters in new words (default; the worst case for the search
+                        index), or words from the benchmark corpus's vocabulary
   --modes a,b           batched,unbatched (default both)
   --workers N|auto      WORKERS for the relay process (default 1; its cluster workers are counted in
                         its CPU, RSS and mean batch)
@@ -49,7 +52,7 @@ interface RunResult {
 }
 
 /** Signs with libsecp256k1 (fast), not timed. Each publisher signs with its own key. */
-function signEvents(count: number, size: number, publishers: number): NostrEvent[] {
+function signEvents(count: number, size: number, publishers: number, text: Text): NostrEvent[] {
   const random = prng(42);
   const keys = Array.from({ length: publishers }, (_, i) => {
     const sk = Buffer.alloc(32);
@@ -61,7 +64,8 @@ function signEvents(count: number, size: number, publishers: number): NostrEvent
   return Array.from({ length: count }, (_, i) => {
     const key = keys[i % publishers];
     let content = '';
-    while (content.length < size) content += filler[Math.floor(random() * filler.length)];
+    if (text === 'words') content = words(random, size);
+    else while (content.length < size) content += filler[Math.floor(random() * filler.length)];
     const unsigned = { pubkey: key.pubkey, created_at: base + i, kind: 1, tags: [['t', 'bench'], ['p', keys[(i + 1) % publishers].pubkey]], content };
     const id = computeEventId(unsigned);
     const sig = Buffer.from(secp.signSchnorr(Buffer.from(id, 'hex'), key.sk, Buffer.alloc(32))).toString('hex');
@@ -69,10 +73,16 @@ function signEvents(count: number, size: number, publishers: number): NostrEvent
   });
 }
 
-async function loadOrSign(outDir: string, count: number, size: number, publishers: number): Promise<NostrEvent[]> {
-  const file = path.join(outDir, `events-${count}-${size}-${publishers}.jsonl`);
+/**
+ * `random`: random letters and digits in words of ~37 characters, every word new (the worst case for
+ * the NIP-50 GIN index: each event adds ~27 keys it has never seen); `words`: the corpus's note words.
+ */
+type Text = 'random' | 'words';
+
+async function loadOrSign(outDir: string, count: number, size: number, publishers: number, text: Text): Promise<NostrEvent[]> {
+  const file = path.join(outDir, `events-${count}-${size}-${publishers}${text === 'words' ? '-words' : ''}.jsonl`);
   if (existsSync(file)) return (await readFile(file, 'utf8')).trim().split('\n').map((l) => JSON.parse(l));
-  const events = signEvents(count, size, publishers);
+  const events = signEvents(count, size, publishers, text);
   await writeFile(file, events.map((e) => JSON.stringify(e)).join('\n') + '\n');
   return events;
 }
@@ -214,6 +224,7 @@ async function main(): Promise<void> {
       window: { type: 'string', default: '25' },
       rate: { type: 'string' },
       size: { type: 'string', default: '1000' },
+      text: { type: 'string', default: 'random' },
       modes: { type: 'string', default: 'batched,unbatched' },
       workers: { type: 'string', default: '1' },
       out: { type: 'string', default: 'bench-out/ingest' },
@@ -228,7 +239,8 @@ async function main(): Promise<void> {
   const workers = values.workers!;
   if (!/^(auto|[1-9]\d*)$/.test(workers)) throw new Error(`--workers must be a positive integer or auto, got ${workers}`);
   const o = { publishers, window: Number(values.window), rate: values.rate ? Number(values.rate) : undefined, url: values.url, workers };
-  const all = await loadOrSign(outDir, Number(values.events), Number(values.size), publishers);
+  if (values.text !== 'random' && values.text !== 'words') throw new Error(`--text must be random or words, got ${values.text}`);
+  const all = await loadOrSign(outDir, Number(values.events), Number(values.size), publishers, values.text);
   const speed = verificationsPerSecond(all);
   console.error(`this machine now: ${speed} BIP-340 verifications/s on one core`);
   const results: RunResult[] = [];

@@ -43,6 +43,8 @@ const SPACELESS_RUNS = /([\p{scx=Han}\p{scx=Hiragana}\p{scx=Katakana}\p{scx=Hang
 // A host name (two or more dotted parts, the last with a letter), or a word.
 const TOKENS = /[\p{L}\p{M}\p{N}_-]*[\p{L}\p{M}\p{N}_](?:\.[\p{L}\p{M}\p{N}_-]*[\p{L}\p{M}\p{N}_])+|[\p{L}\p{M}\p{N}_]+/gu;
 const WORD = /[\p{L}\p{M}\p{N}_]+/gu;
+// What every host name holds: a dot between word characters (TOKENS' first branch needs one).
+const DOTTED = /[\p{L}\p{M}\p{N}_-]\.[\p{L}\p{M}\p{N}_-]/u;
 
 /** One token of a text: its lexeme, its position (1-based), and whether it came from a spaceless run. */
 interface Token {
@@ -63,8 +65,15 @@ function tokenize(text: string, whole: boolean, maxPosition = MAX_POSITION): Tok
   const push = (lexeme: string, spaceless: boolean, at = ++position): void => {
     if (lexeme.length <= MAX_TOKEN_LENGTH && at <= maxPosition) out.push({ lexeme, position: at, spaceless });
   };
+  const normalized = text.normalize('NFKC').toLowerCase();
+  // Most texts hold no spaceless script: their words then need no splitting (the hot path on insert).
+  const hasSpaceless = SPACELESS.test(normalized);
   const words = (part: string): void => {
     for (const [word] of part.matchAll(WORD)) {
+      if (!hasSpaceless) {
+        push(word, false);
+        continue;
+      }
       for (const piece of word.split(SPACELESS_RUNS)) {
         if (piece === '') continue;
         if (!SPACELESS.test(piece)) {
@@ -78,9 +87,23 @@ function tokenize(text: string, whole: boolean, maxPosition = MAX_POSITION): Tok
       }
     }
   };
-  for (const [match] of text.normalize('NFKC').toLowerCase().matchAll(TOKENS)) {
+  if (!hasSpaceless && !DOTTED.test(normalized)) {
+    // No host name is possible either: every token is a plain word.
+    for (const [word] of normalized.matchAll(WORD)) {
+      if (position >= maxPosition) break;
+      push(word, false);
+    }
+    return out;
+  }
+  for (const [match] of normalized.matchAll(TOKENS)) {
     if (position >= maxPosition) break;
-    if (!match.includes('.') || !/\p{L}/u.test(match.slice(match.lastIndexOf('.')))) {
+    if (!match.includes('.')) {
+      // No dot: the match is one run of word characters.
+      if (hasSpaceless) words(match);
+      else push(match, false);
+      continue;
+    }
+    if (!/\p{L}/u.test(match.slice(match.lastIndexOf('.')))) {
       words(match);
       continue;
     }
@@ -137,7 +160,8 @@ export function searchDocument(event: NostrEvent): SearchDocument | undefined {
   return doc.size > 0 ? doc : undefined;
 }
 
-const quote = (lexeme: string) => `'${lexeme.replace(/\\/g, '\\\\').replace(/'/g, "''")}'`;
+const NEEDS_ESCAPE = /['\\]/;
+const quote = (lexeme: string) => (NEEDS_ESCAPE.test(lexeme) ? `'${lexeme.replace(/\\/g, '\\\\').replace(/'/g, "''")}'` : `'${lexeme}'`);
 
 /** A document as tsvector input text (`'word':1,4 'other':2`), for a `::tsvector` cast. */
 export function tsvectorLiteral(doc: SearchDocument): string {
