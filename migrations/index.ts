@@ -7,6 +7,7 @@ import * as moderation from './20261224000001_moderation.js';
 import * as liveFeed from './20261226000001_live_feed.js';
 import * as vanish from './20261227000001_vanish.js';
 import * as search from './20261228000001_search.js';
+import * as webhooks from './20261229000001_webhooks.js';
 
 export interface Migration {
   up(knex: Knex): Promise<void>;
@@ -22,4 +23,5 @@ export const migrations: Record<string, Migration> = {
   '20261226000001_live_feed': liveFeed,
   '20261227000001_vanish': vanish,
   '20261228000001_search': search,
+  '20261229000001_webhooks': webhooks,
 };

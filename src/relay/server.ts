@@ -19,6 +19,7 @@ import type { ModerationLists } from '../policy/moderation.js';
 import { ChangeStream } from '../store/changes.js';
 import { createPool } from '../store/database.js';
 import { ChangeFeed } from '../store/feed.js';
+import { WebhookOutbox } from '../store/outbox.js';
 import { ReadRouter } from '../store/replicas.js';
 import { deleteExpiredEvents } from '../store/expiry.js';
 import { ModerationWatch } from '../store/moderation.js';
@@ -133,6 +134,7 @@ export async function startRelay(config: Config, db: PrimaryDatabase, log: Logge
     changes,
     own: feed,
     relay: policy.relay,
+    outbox: new WebhookOutbox(),
     onBatch: (batch) => metrics.batch(batch),
   });
   const ctx: RelayContext = {

@@ -264,6 +264,14 @@ export interface WriteOptions {
   relay?: string;
   /** Called once the transaction holds its advisory locks (writer.ts writeAside). */
   onLocked?: () => void;
+  /** Webhooks: deliveries for the stored events, enqueued in the same transaction (outbox.ts). */
+  outbox?: Outbox;
+}
+
+/** What the writer needs of the webhooks outbox (store/outbox.ts WebhookOutbox). */
+export interface Outbox {
+  prepare(client: pg.PoolClient): Promise<void>;
+  enqueue(client: pg.PoolClient, stored: PreparedEvent[]): Promise<number>;
 }
 
 export interface OwnTransactions {
@@ -272,7 +280,7 @@ export interface OwnTransactions {
 }
 
 /** Writes a batch atomically and says what it stored. Database errors reject the whole batch. */
-export async function writeBatchStored(pool: pg.Pool, batch: PreparedEvent[], { own, relay, onLocked }: WriteOptions = {}): Promise<WrittenBatch> {
+export async function writeBatchStored(pool: pg.Pool, batch: PreparedEvent[], { own, relay, onLocked, outbox }: WriteOptions = {}): Promise<WrittenBatch> {
   if (batch.length === 0) return { results: [], stored: [], lsn: 0n };
   const client = await pool.connect();
   let txid: string | undefined;
@@ -285,6 +293,10 @@ export async function writeBatchStored(pool: pg.Pool, batch: PreparedEvent[], { 
     await applyVanishes(client, plan.vanishes);
     const inserted = await insertRows(client, plan.inserts);
     await applyDeletions(client, plan.deletions);
+    if (outbox && inserted.ids.size > 0) {
+      await outbox.prepare(client);
+      await outbox.enqueue(client, plan.inserts.filter((p) => inserted.ids.has(p.event.id)));
+    }
     txid = inserted.txid;
     if (txid) own?.claim(txid);
     // The commit and the WAL position after it in one round trip (a simple-protocol query string).

@@ -7,7 +7,7 @@ import { inSqlStateClass } from './pg-errors.js';
 import type { PreparedEvent, WriteResult } from './prepared-event.js';
 import type { ChangeStream } from './changes.js';
 import { vanishNamesRelay } from '../policy/vanish.js';
-import { writeBatchStored, type OwnTransactions } from './write.js';
+import { writeBatchStored, type Outbox, type OwnTransactions } from './write.js';
 
 export class WriterBusyError extends Error {}
 
@@ -43,6 +43,8 @@ export interface WriterOptions {
   own?: OwnTransactions;
   /** This relay's name, for NIP-62 requests (policy.relay). */
   relay?: string;
+  /** Webhooks: deliveries enqueued with each batch (store/outbox.ts). */
+  outbox?: Outbox;
   /** Told each transaction's size and time, committed or not (metrics). */
   onBatch?: (batch: { events: number; seconds: number; committed: boolean }) => void;
 }
@@ -122,7 +124,7 @@ export class EventWriter {
   private async write(batch: Pending[], onLocked?: () => void): Promise<void> {
     const started = performance.now();
     try {
-      const options = { own: this.options.own, relay: this.options.relay, onLocked };
+      const options = { own: this.options.own, relay: this.options.relay, outbox: this.options.outbox, onLocked };
       const { results, stored, lsn } = await writeBatchStored(this.pool, batch.map((p) => p.event), options);
       // Before any OK: a client that sends a REQ after its OK must find a replica that has its event.
       this.options.changes?.advance(lsn);

@@ -1,0 +1,46 @@
+// Webhooks' delivery queue (issue 15), PGMQ-style: deliveries are claimed in batches with
+// FOR UPDATE SKIP LOCKED, so several relay processes share the work without claiming the same row,
+// and hidden for a visibility timeout while one works on them: a worker that dies leaves its claims
+// to come back. A delivered row is deleted; a failed one is made visible again later (backoff), or
+// marked dead. Paused endpoints keep their queue and are skipped.
+import type pg from 'pg';
+
+export interface ClaimedDelivery {
+  id: string; // bigint
+  endpointId: number;
+  eventId: string; // hex
+  payload: string;
+  attempts: number; // including this one
+  createdAt: Date;
+}
+
+/** Claims up to `limit` visible deliveries of enabled endpoints, hidden for `visibilityMs`. */
+export async function claimDeliveries(pool: pg.Pool, limit: number, visibilityMs: number): Promise<ClaimedDelivery[]> {
+  const { rows } = await pool.query<{ id: string; endpoint_id: number; event_id: Buffer; payload: string; attempts: number; created_at: Date }>(
+    `UPDATE webhook_deliveries d SET visible_at = now() + $2 * interval '1 millisecond', attempts = d.attempts + 1
+      WHERE d.id IN (
+        SELECT q.id FROM webhook_deliveries q JOIN webhook_endpoints e ON e.id = q.endpoint_id AND NOT e.paused
+         WHERE NOT q.dead AND q.visible_at <= now()
+         ORDER BY q.visible_at, q.id LIMIT $1
+         FOR UPDATE OF q SKIP LOCKED)
+      RETURNING d.id::text AS id, d.endpoint_id, d.event_id, d.payload, d.attempts, d.created_at`,
+    [limit, visibilityMs],
+  );
+  return rows
+    .map((r) => ({ id: r.id, endpointId: r.endpoint_id, eventId: r.event_id.toString('hex'), payload: r.payload, attempts: r.attempts, createdAt: r.created_at }))
+    .sort((a, b) => (BigInt(a.id) < BigInt(b.id) ? -1 : 1));
+}
+
+/** Delivered: the rows go. */
+export async function completeDeliveries(pool: pg.Pool, ids: string[]): Promise<void> {
+  if (ids.length) await pool.query('DELETE FROM webhook_deliveries WHERE id = ANY($1::bigint[])', [ids]);
+}
+
+/** Failed: visible again after `delayMs`, with the error; or dead (kept, never claimed again). */
+export async function failDeliveries(pool: pg.Pool, ids: string[], error: string, delayMs: number, dead = false): Promise<void> {
+  if (ids.length === 0) return;
+  await pool.query(
+    `UPDATE webhook_deliveries SET visible_at = now() + $2 * interval '1 millisecond', last_error = $3, dead = $4 WHERE id = ANY($1::bigint[])`,
+    [ids, delayMs, error.slice(0, 1000), dead],
+  );
+}
