@@ -92,6 +92,12 @@ const schema = z.object({
   NEGENTROPY_IDLE_SECONDS: int(1).default(60),
   NEGENTROPY_FRAME_SIZE_LIMIT: z.union([z.literal(0), int(4096)]).default(60_000),
 
+  // Webhooks (src/relay/webhooks.ts): endpoints are managed with `npm run cli -- webhook`.
+  WEBHOOK_DELIVERY: bool.default(true),
+  WEBHOOK_CONCURRENCY: int(1, 256).default(8),
+  WEBHOOK_TIMEOUT_MS: int(100).default(10_000),
+  WEBHOOK_MAX_AGE_SECONDS: int(1).default(86_400),
+
   // Ingest pipeline.
   VERIFY_THREADS: z.union([z.literal('auto'), int(0, 64)]).default('auto'),
   WRITE_BATCH_SIZE: int(1, 10000).default(500),

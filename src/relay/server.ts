@@ -32,6 +32,7 @@ import { healthRoutes } from './http/health.js';
 import { managementHandler } from './http/management.js';
 import { metricsRoute } from './http/metrics.js';
 import { NegentropyBudget } from './negentropy-budget.js';
+import { WebhookWorker } from './webhooks.js';
 import { relayEndpoint, relayInformation } from './http/nip11.js';
 import { HttpRouter, pathOf } from './http/router.js';
 import { statusPageHandler, statusRoutes } from './http/status.js';
@@ -280,6 +281,10 @@ export async function startRelay(config: Config, db: PrimaryDatabase, log: Logge
   };
   const sweep = setInterval(sweepExpired, config.EXPIRY_SWEEP_SECONDS * 1000);
   const stopRetention = startRetention(pool, config, log); // RETENTION_* (off unless RETENTION_OLDER_THAN)
+  // Webhooks (issue 15): every process delivers from the shared queue.
+  const webhooks = config.WEBHOOK_DELIVERY
+    ? new WebhookWorker(pool, log, { concurrency: config.WEBHOOK_CONCURRENCY, timeoutMs: config.WEBHOOK_TIMEOUT_MS, maxAgeMs: config.WEBHOOK_MAX_AGE_SECONDS * 1000 }, changes).start()
+    : undefined;
 
   await new Promise<void>((resolve, reject) => {
     http.once('error', reject);
@@ -318,6 +323,7 @@ export async function startRelay(config: Config, db: PrimaryDatabase, log: Logge
       await Promise.race([stopped, deadline]);
       for (const ws of connections.keys()) ws.terminate();
       await ctx.verifier.close();
+      await webhooks?.stop();
       await feed.stop();
       await reads.stop();
       const { batches, events, failedBatches } = ctx.writer.stats;

@@ -44,3 +44,30 @@ export async function failDeliveries(pool: pg.Pool, ids: string[], error: string
     [ids, delayMs, error.slice(0, 1000), dead],
   );
 }
+
+/** Not attempted after all (the endpoint's circuit is open): visible again after `delayMs`, the attempt not counted. */
+export async function postponeDeliveries(pool: pg.Pool, ids: string[], delayMs: number): Promise<void> {
+  if (ids.length === 0) return;
+  await pool.query(`UPDATE webhook_deliveries SET visible_at = now() + $2 * interval '1 millisecond', attempts = attempts - 1 WHERE id = ANY($1::bigint[])`, [ids, delayMs]);
+}
+
+export interface EndpointRow {
+  id: number;
+  url: string;
+  secret: string | null;
+  batchSize: number;
+}
+
+/** The endpoints deliveries go to, and the generation they were read at (outbox.ts). */
+export async function readEndpoints(pool: pg.Pool): Promise<{ generation: string; endpoints: Map<number, EndpointRow> }> {
+  const { rows } = await pool.query<{ id: number; url: string; secret: string | null; batch_size: number; generation: string }>(
+    `SELECT e.id, e.url, e.secret, e.batch_size, g.generation::text AS generation FROM webhook_generation g LEFT JOIN webhook_endpoints e ON true`,
+  );
+  const endpoints = new Map<number, EndpointRow>();
+  for (const r of rows) if (r.id !== null) endpoints.set(r.id, { id: r.id, url: r.url, secret: r.secret, batchSize: r.batch_size });
+  return { generation: rows[0]?.generation ?? '0', endpoints };
+}
+
+export async function readGeneration(pool: pg.Pool): Promise<string> {
+  return (await pool.query<{ generation: string }>('SELECT generation::text AS generation FROM webhook_generation')).rows[0].generation;
+}

@@ -13,7 +13,7 @@ import { startTestRelay, type TestRelay } from '../support/relay.js';
 let relay: TestRelay;
 let client: TestClient;
 beforeAll(async () => {
-  relay = await startTestRelay();
+  relay = await startTestRelay({ WEBHOOK_DELIVERY: 'false' }); // the queue is examined, not emptied
   client = await TestClient.connect(relay.url);
 });
 afterAll(async () => {

@@ -1,0 +1,207 @@
+// Webhook delivery (issue 15): claims queued deliveries (store/webhook-queue.ts) in batches and POSTs
+// them to their endpoints, signed like Standard Webhooks (webhook-signature.ts). Every relay process
+// runs one; FOR UPDATE SKIP LOCKED keeps them from claiming the same row. A delivery is deleted only
+// after a 2xx; otherwise it comes back after an exponential backoff with jitter (or the receiver's
+// Retry-After), and is marked dead once older than WEBHOOK_MAX_AGE_SECONDS. An endpoint that keeps
+// failing has its circuit opened for a while, so a dead receiver costs the others nothing. HTTP goes
+// through one undici Pool per origin (keep-alive, WEBHOOK_CONCURRENCY connections): no connection per
+// request, so no ephemeral-port exhaustion.
+import { Pool as HttpPool } from 'undici';
+import type pg from 'pg';
+import type { Logger } from '../log.js';
+import type { ChangeStream } from '../store/changes.js';
+import {
+  claimDeliveries, completeDeliveries, failDeliveries, postponeDeliveries, readEndpoints, readGeneration, type ClaimedDelivery, type EndpointRow,
+} from '../store/webhook-queue.js';
+import { secretKey, signatureHeaders } from './webhook-signature.js';
+
+export interface WebhookSettings {
+  /** Connections (requests in flight) per endpoint origin. */
+  concurrency: number;
+  timeoutMs: number;
+  /** A delivery older than this is dead (kept for `webhook deliveries --dead`, never sent again). */
+  maxAgeMs: number;
+  /** Deliveries claimed at once. */
+  claimBatch?: number;
+  /** How often an idle worker looks at the queue (it is also woken by every commit). */
+  pollMs?: number;
+}
+
+const FIRST_RETRY_MS = 1000;
+const MAX_RETRY_MS = 10 * 60_000;
+/**
+ * Consecutive failures that open an endpoint's circuit: its deliveries then wait, unsent, for
+ * CIRCUIT_OPEN_MS; after that they are tried again, and if they fail the circuit opens for twice as
+ * long (up to CIRCUIT_MAX_OPEN_MS). A flaky receiver (some requests succeed) never trips it; a dead one
+ * costs a claim of its deliveries per period instead of a request per delivery and retry.
+ */
+const CIRCUIT_FAILURES = 10;
+const CIRCUIT_OPEN_MS = 5_000;
+const CIRCUIT_MAX_OPEN_MS = 60_000;
+
+/** The backoff before attempt `attempts + 1`: exponential, capped, with full jitter in its upper half. */
+export function retryDelay(attempts: number, random = Math.random): number {
+  const ceiling = Math.min(MAX_RETRY_MS, FIRST_RETRY_MS * 2 ** Math.min(attempts - 1, 20));
+  return Math.round(ceiling / 2 + (random() * ceiling) / 2);
+}
+
+/** Retry-After as seconds or an HTTP date, in milliseconds from now; undefined if absent or unreadable. */
+export function retryAfterMs(value: string | string[] | undefined, now = Date.now()): number | undefined {
+  const v = Array.isArray(value) ? value[0] : value;
+  if (!v) return undefined;
+  if (/^\d+$/.test(v.trim())) return Number(v.trim()) * 1000;
+  const at = Date.parse(v);
+  return Number.isNaN(at) ? undefined : Math.max(0, at - now);
+}
+
+interface Circuit {
+  failures: number;
+  openUntil: number;
+  openMs: number;
+}
+
+/** What one POST carries: one delivery, or up to the endpoint's batch size as a JSON array. */
+function body(deliveries: ClaimedDelivery[], batched: boolean): string {
+  if (!batched) return `{"type":"event","data":${deliveries[0].payload}}`;
+  return `{"type":"events","data":[${deliveries.map((d) => d.payload).join(',')}]}`;
+}
+
+export class WebhookWorker {
+  private running = false;
+  private loop: Promise<void> | undefined;
+  private wake: (() => void) | undefined;
+  private generation: string | undefined;
+  private endpoints = new Map<number, EndpointRow>();
+  private readonly pools = new Map<string, HttpPool>();
+  private readonly circuits = new Map<number, Circuit>();
+  private unsubscribe: (() => void) | undefined;
+  readonly stats = { delivered: 0, failed: 0, dead: 0, requests: 0 };
+
+  constructor(
+    private readonly pool: pg.Pool,
+    private readonly log: Logger,
+    private readonly settings: WebhookSettings,
+    changes?: ChangeStream,
+  ) {
+    // A commit (this process's or, through the feed, another's) may have queued deliveries.
+    this.unsubscribe = changes?.subscribe((change) => {
+      if (change.type === 'stored') this.wake?.();
+    });
+  }
+
+  start(): this {
+    this.running = true;
+    this.loop = this.run();
+    return this;
+  }
+
+  async stop(): Promise<void> {
+    this.running = false;
+    this.unsubscribe?.();
+    this.wake?.();
+    await this.loop;
+    await Promise.all([...this.pools.values()].map((p) => p.close()));
+  }
+
+  private async run(): Promise<void> {
+    const pollMs = this.settings.pollMs ?? 500;
+    while (this.running) {
+      let claimed: ClaimedDelivery[] = [];
+      try {
+        claimed = await this.deliverSome();
+      } catch (err) {
+        this.log.error({ err: (err as Error).message }, 'webhook delivery failed');
+      }
+      if (claimed.length === 0 && this.running) await new Promise<void>((resolve) => {
+        const timer = setTimeout(resolve, pollMs);
+        this.wake = () => (clearTimeout(timer), resolve());
+      });
+      this.wake = undefined;
+    }
+  }
+
+  /** One round: claim, send per endpoint, record the outcomes. Returns what was claimed. */
+  private async deliverSome(): Promise<ClaimedDelivery[]> {
+    const generation = await readGeneration(this.pool);
+    if (generation !== this.generation) ({ generation: this.generation, endpoints: this.endpoints } = await readEndpoints(this.pool));
+    const visibilityMs = this.settings.timeoutMs + 30_000;
+    const claimed = await claimDeliveries(this.pool, this.settings.claimBatch ?? 100, visibilityMs);
+    const byEndpoint = new Map<number, ClaimedDelivery[]>();
+    for (const d of claimed) (byEndpoint.get(d.endpointId) ?? byEndpoint.set(d.endpointId, []).get(d.endpointId)!).push(d);
+    await Promise.all([...byEndpoint].map(([id, deliveries]) => this.deliverTo(id, deliveries)));
+    return claimed;
+  }
+
+  private async deliverTo(endpointId: number, deliveries: ClaimedDelivery[]): Promise<void> {
+    const endpoint = this.endpoints.get(endpointId);
+    if (!endpoint) return; // removed meanwhile: its deliveries went with it
+    const circuit = this.circuits.get(endpointId);
+    if (circuit && circuit.openUntil > Date.now()) return postponeDeliveries(this.pool, deliveries.map((d) => d.id), circuit.openUntil - Date.now());
+    const batched = endpoint.batchSize > 1;
+    const posts: ClaimedDelivery[][] = [];
+    for (let i = 0; i < deliveries.length; i += endpoint.batchSize) posts.push(deliveries.slice(i, i + endpoint.batchSize));
+    await Promise.all(posts.map((post) => this.post(endpoint, post, batched)));
+  }
+
+  private httpPool(url: URL): HttpPool {
+    let pool = this.pools.get(url.origin);
+    if (!pool) {
+      pool = new HttpPool(url.origin, { connections: this.settings.concurrency, keepAliveTimeout: 30_000, headersTimeout: this.settings.timeoutMs, bodyTimeout: this.settings.timeoutMs });
+      this.pools.set(url.origin, pool);
+    }
+    return pool;
+  }
+
+  private async post(endpoint: EndpointRow, deliveries: ClaimedDelivery[], batched: boolean): Promise<void> {
+    const url = new URL(endpoint.url);
+    const text = body(deliveries, batched);
+    // Stable across retries: the delivery's id (a batch: its first and last ids and its size).
+    const id = batched ? `msg_${deliveries[0].id}_${deliveries[deliveries.length - 1].id}_${deliveries.length}` : `msg_${deliveries[0].id}`;
+    const headers: Record<string, string> = { 'content-type': 'application/json', 'user-agent': 'pgrelay-webhooks' };
+    if (endpoint.secret) Object.assign(headers, signatureHeaders(id, Math.floor(Date.now() / 1000), text, secretKey(endpoint.secret)));
+    let failure: string | undefined;
+    let retryAfter: number | undefined;
+    this.stats.requests++;
+    try {
+      const res = await this.httpPool(url).request({
+        path: url.pathname + url.search,
+        method: 'POST',
+        headers,
+        body: text,
+        signal: AbortSignal.timeout(this.settings.timeoutMs),
+      });
+      await res.body.dump();
+      if (res.statusCode < 200 || res.statusCode >= 300) {
+        failure = `HTTP ${res.statusCode}`;
+        retryAfter = retryAfterMs(res.headers['retry-after']);
+      }
+    } catch (err) {
+      failure = (err as Error).message || String(err);
+    }
+    const ids = deliveries.map((d) => d.id);
+    if (failure === undefined) {
+      this.circuits.delete(endpoint.id);
+      this.stats.delivered += deliveries.length;
+      return completeDeliveries(this.pool, ids);
+    }
+    this.stats.failed += deliveries.length;
+    const circuit = this.circuits.get(endpoint.id) ?? { failures: 0, openUntil: 0, openMs: 0 };
+    circuit.failures++;
+    if (circuit.failures >= CIRCUIT_FAILURES && circuit.openUntil <= Date.now()) {
+      circuit.openMs = circuit.openMs ? Math.min(circuit.openMs * 2, CIRCUIT_MAX_OPEN_MS) : CIRCUIT_OPEN_MS;
+      circuit.openUntil = Date.now() + circuit.openMs;
+      this.log.warn({ endpoint: endpoint.id, url: endpoint.url, seconds: circuit.openMs / 1000, error: failure }, 'webhook endpoint failing: paused');
+    }
+    this.circuits.set(endpoint.id, circuit);
+    const now = Date.now();
+    const dead = deliveries.filter((d) => now - d.createdAt.getTime() > this.settings.maxAgeMs).map((d) => d.id);
+    const retry = ids.filter((i) => !dead.includes(i));
+    if (dead.length) {
+      this.stats.dead += dead.length;
+      this.log.warn({ endpoint: endpoint.id, deliveries: dead.length, error: failure }, 'webhook deliveries dead (older than WEBHOOK_MAX_AGE_SECONDS)');
+      await failDeliveries(this.pool, dead, failure, 0, true);
+    }
+    const attempts = Math.max(...deliveries.map((d) => d.attempts));
+    await failDeliveries(this.pool, retry, failure, retryAfter ?? retryDelay(attempts));
+  }
+}
