@@ -15,10 +15,11 @@ import { pruneCommand } from './commands/prune.js';
 import { UsageError } from './commands/shared.js';
 import { statsCommand } from './commands/stats.js';
 import { syncCommand } from './commands/sync.js';
+import { webhookCommand } from './commands/webhook.js';
 
 const commands: Command[] = [
   migrate, backfillTagsCommand, backfillSearchCommand, importNostreamCommand, importCommand, exportCommand, syncCommand, pruneCommand, statsCommand,
-  banCommand, unbanCommand, allowCommand, disallowCommand, listCommand,
+  banCommand, unbanCommand, allowCommand, disallowCommand, listCommand, webhookCommand,
 ];
 
 function usage(): string {

@@ -136,7 +136,7 @@ export class WebhookWorker {
     const endpoint = this.endpoints.get(endpointId);
     if (!endpoint) return; // removed meanwhile: its deliveries went with it
     const circuit = this.circuits.get(endpointId);
-    if (circuit && circuit.openUntil > Date.now()) return postponeDeliveries(this.pool, deliveries.map((d) => d.id), circuit.openUntil - Date.now());
+    if (circuit && circuit.openUntil > Date.now()) return postponeDeliveries(this.pool, deliveries, circuit.openUntil - Date.now());
     const batched = endpoint.batchSize > 1;
     const posts: ClaimedDelivery[][] = [];
     for (let i = 0; i < deliveries.length; i += endpoint.batchSize) posts.push(deliveries.slice(i, i + endpoint.batchSize));
@@ -178,11 +178,10 @@ export class WebhookWorker {
     } catch (err) {
       failure = (err as Error).message || String(err);
     }
-    const ids = deliveries.map((d) => d.id);
     if (failure === undefined) {
       this.circuits.delete(endpoint.id);
       this.stats.delivered += deliveries.length;
-      return completeDeliveries(this.pool, ids);
+      return completeDeliveries(this.pool, deliveries);
     }
     this.stats.failed += deliveries.length;
     const circuit = this.circuits.get(endpoint.id) ?? { failures: 0, openUntil: 0, openMs: 0 };
@@ -194,8 +193,8 @@ export class WebhookWorker {
     }
     this.circuits.set(endpoint.id, circuit);
     const now = Date.now();
-    const dead = deliveries.filter((d) => now - d.createdAt.getTime() > this.settings.maxAgeMs).map((d) => d.id);
-    const retry = ids.filter((i) => !dead.includes(i));
+    const dead = deliveries.filter((d) => now - d.createdAt.getTime() > this.settings.maxAgeMs);
+    const retry = deliveries.filter((d) => !dead.includes(d));
     if (dead.length) {
       this.stats.dead += dead.length;
       this.log.warn({ endpoint: endpoint.id, deliveries: dead.length, error: failure }, 'webhook deliveries dead (older than WEBHOOK_MAX_AGE_SECONDS)');

@@ -31,24 +31,34 @@ export async function claimDeliveries(pool: pg.Pool, limit: number, visibilityMs
     .sort((a, b) => (BigInt(a.id) < BigInt(b.id) ? -1 : 1));
 }
 
+/**
+ * A claim, as the worker holds it: the row, and the attempt its claim counted. Outcomes apply only
+ * while the row is still at that attempt, so a worker that finishes after its visibility timeout
+ * (another has claimed the row since) changes nothing.
+ */
+export type Claim = Pick<ClaimedDelivery, 'id' | 'attempts'>;
+
+const CLAIMS = 'unnest($1::bigint[], $2::int[]) c(id, attempts) WHERE d.id = c.id AND d.attempts = c.attempts';
+const claimParams = (claims: Claim[]) => [claims.map((c) => c.id), claims.map((c) => c.attempts)];
+
 /** Delivered: the rows go. */
-export async function completeDeliveries(pool: pg.Pool, ids: string[]): Promise<void> {
-  if (ids.length) await pool.query('DELETE FROM webhook_deliveries WHERE id = ANY($1::bigint[])', [ids]);
+export async function completeDeliveries(pool: pg.Pool, claims: Claim[]): Promise<void> {
+  if (claims.length) await pool.query(`DELETE FROM webhook_deliveries d USING ${CLAIMS}`, claimParams(claims));
 }
 
 /** Failed: visible again after `delayMs`, with the error; or dead (kept, never claimed again). */
-export async function failDeliveries(pool: pg.Pool, ids: string[], error: string, delayMs: number, dead = false): Promise<void> {
-  if (ids.length === 0) return;
+export async function failDeliveries(pool: pg.Pool, claims: Claim[], error: string, delayMs: number, dead = false): Promise<void> {
+  if (claims.length === 0) return;
   await pool.query(
-    `UPDATE webhook_deliveries SET visible_at = now() + $2 * interval '1 millisecond', last_error = $3, dead = $4 WHERE id = ANY($1::bigint[])`,
-    [ids, delayMs, error.slice(0, 1000), dead],
+    `UPDATE webhook_deliveries d SET visible_at = now() + $3 * interval '1 millisecond', last_error = $4, dead = $5 FROM ${CLAIMS}`,
+    [...claimParams(claims), delayMs, error.slice(0, 1000), dead],
   );
 }
 
 /** Not attempted after all (the endpoint's circuit is open): visible again after `delayMs`, the attempt not counted. */
-export async function postponeDeliveries(pool: pg.Pool, ids: string[], delayMs: number): Promise<void> {
-  if (ids.length === 0) return;
-  await pool.query(`UPDATE webhook_deliveries SET visible_at = now() + $2 * interval '1 millisecond', attempts = attempts - 1 WHERE id = ANY($1::bigint[])`, [ids, delayMs]);
+export async function postponeDeliveries(pool: pg.Pool, claims: Claim[], delayMs: number): Promise<void> {
+  if (claims.length === 0) return;
+  await pool.query(`UPDATE webhook_deliveries d SET visible_at = now() + $3 * interval '1 millisecond', attempts = d.attempts - 1 FROM ${CLAIMS}`, [...claimParams(claims), delayMs]);
 }
 
 export interface EndpointRow {
