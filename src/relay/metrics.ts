@@ -54,6 +54,8 @@ export interface GaugeSources {
   verifyQueue(): number;
   /** NIP-77: records held by open negentropy sessions. */
   negentropyRecords(): number;
+  /** Webhooks: the queue as last sampled (relay/webhooks.ts). */
+  webhookQueue(): { queued: number; dead: number; oldestSeconds: number };
   pool(): { total: number; idle: number; waiting: number };
 }
 
@@ -85,6 +87,7 @@ export class RelayMetrics {
   private readonly refusedConnections: Counter<'reason'>;
   private readonly reads: Counter<'database'>;
   private readonly feedEvents: Counter<'type'>;
+  private readonly webhookDeliveries: Counter<'outcome'>;
 
   constructor(sources: GaugeSources) {
     const registers = [this.registry];
@@ -115,6 +118,10 @@ export class RelayMetrics {
     gauge('pgrelay_writer_queue_events', 'Events waiting for a write transaction', sources.writerQueue);
     gauge('pgrelay_verify_queue_events', 'Events waiting for signature verification', sources.verifyQueue);
     gauge('pgrelay_negentropy_records', 'Records held by open NIP-77 negentropy sessions', sources.negentropyRecords);
+    gauge('pgrelay_webhook_queue_deliveries', 'Webhook deliveries queued (sampled every few seconds)', () => sources.webhookQueue().queued);
+    gauge('pgrelay_webhook_dead_deliveries', 'Webhook deliveries given up (older than WEBHOOK_MAX_AGE_SECONDS)', () => sources.webhookQueue().dead);
+    gauge('pgrelay_webhook_queue_oldest_seconds', 'Age of the oldest queued webhook delivery', () => sources.webhookQueue().oldestSeconds);
+    this.webhookDeliveries = new Counter({ name: 'pgrelay_webhook_deliveries_total', help: 'Webhook deliveries attempted by this process, by outcome (delivered, failed: to be retried, dead)', labelNames: ['outcome'], registers });
     gauge('pgrelay_db_pool_connections', 'Connections in the database pool', () => sources.pool().total);
     gauge('pgrelay_db_pool_idle', 'Idle connections in the database pool', () => sources.pool().idle);
     gauge('pgrelay_db_pool_in_use', 'Database pool connections running a query or transaction', () => sources.pool().total - sources.pool().idle);
@@ -180,6 +187,10 @@ export class RelayMetrics {
   /** A change another writer committed, as the live feed announced it. */
   remote(type: 'stored' | 'ephemeral', n: number): void {
     this.feedEvents.inc({ type }, n);
+  }
+
+  webhook(outcome: 'delivered' | 'failed' | 'dead', n: number): void {
+    this.webhookDeliveries.inc({ outcome }, n);
   }
 
   slowClient(): void {

@@ -32,7 +32,7 @@ import { healthRoutes } from './http/health.js';
 import { managementHandler } from './http/management.js';
 import { metricsRoute } from './http/metrics.js';
 import { NegentropyBudget } from './negentropy-budget.js';
-import { WebhookWorker } from './webhooks.js';
+import { WebhookWorker, type QueueSample } from './webhooks.js';
 import { relayEndpoint, relayInformation } from './http/nip11.js';
 import { HttpRouter, pathOf } from './http/router.js';
 import { statusPageHandler, statusRoutes } from './http/status.js';
@@ -111,12 +111,15 @@ export async function startRelay(config: Config, db: PrimaryDatabase, log: Logge
   const verifier = new SignatureVerifier(config.VERIFY_THREADS);
   const changes = new ChangeStream((err) => log.error({ err: (err as Error).message, stack: (err as Error).stack }, 'change listener failed'));
   const negentropy = new NegentropyBudget(config.NEGENTROPY_MAX_TOTAL_RECORDS);
+  let webhookQueue: QueueSample = { queued: 0, dead: 0, oldestSeconds: 0 };
+  const outbox = new WebhookOutbox();
   const metrics = new RelayMetrics({
     connections: () => connections.size,
     subscriptions: () => subscriptions.size,
     writerQueue: () => writer.queued,
     verifyQueue: () => verifier.queued,
     negentropyRecords: () => negentropy.records,
+    webhookQueue: () => webhookQueue,
     pool: () => ({ total: pool.totalCount, idle: pool.idleCount, waiting: pool.waitingCount }),
   });
   // What other processes, hosts and imports commit reaches this change stream too (store/feed.ts).
@@ -135,7 +138,7 @@ export async function startRelay(config: Config, db: PrimaryDatabase, log: Logge
     changes,
     own: feed,
     relay: policy.relay,
-    outbox: new WebhookOutbox(),
+    outbox,
     onBatch: (batch) => metrics.batch(batch),
   });
   const ctx: RelayContext = {
@@ -153,6 +156,7 @@ export async function startRelay(config: Config, db: PrimaryDatabase, log: Logge
     reads,
     metrics,
     negentropy,
+    outbox,
     closing: false,
   };
   // Everything downstream of a commit listens to the change stream.
@@ -283,7 +287,13 @@ export async function startRelay(config: Config, db: PrimaryDatabase, log: Logge
   const stopRetention = startRetention(pool, config, log); // RETENTION_* (off unless RETENTION_OLDER_THAN)
   // Webhooks (issue 15): every process delivers from the shared queue.
   const webhooks = config.WEBHOOK_DELIVERY
-    ? new WebhookWorker(pool, log, { concurrency: config.WEBHOOK_CONCURRENCY, timeoutMs: config.WEBHOOK_TIMEOUT_MS, maxAgeMs: config.WEBHOOK_MAX_AGE_SECONDS * 1000 }, changes).start()
+    ? new WebhookWorker(pool, log, {
+        concurrency: config.WEBHOOK_CONCURRENCY,
+        timeoutMs: config.WEBHOOK_TIMEOUT_MS,
+        maxAgeMs: config.WEBHOOK_MAX_AGE_SECONDS * 1000,
+        onOutcome: (outcome, n) => metrics.webhook(outcome, n),
+        onSample: (sample) => (webhookQueue = sample),
+      }, changes).start()
     : undefined;
 
   await new Promise<void>((resolve, reject) => {

@@ -25,7 +25,19 @@ export interface WebhookSettings {
   claimBatch?: number;
   /** How often an idle worker looks at the queue (it is also woken by every commit). */
   pollMs?: number;
+  /** Told each outcome (metrics). */
+  onOutcome?: (outcome: 'delivered' | 'failed' | 'dead', n: number) => void;
+  /** Told the queue's size and age every SAMPLE_MS (metrics). */
+  onSample?: (sample: QueueSample) => void;
 }
+
+export interface QueueSample {
+  queued: number;
+  dead: number;
+  oldestSeconds: number;
+}
+
+const SAMPLE_MS = 5000;
 
 const FIRST_RETRY_MS = 1000;
 const MAX_RETRY_MS = 10 * 60_000;
@@ -89,14 +101,34 @@ export class WebhookWorker {
     });
   }
 
+  private sampler: NodeJS.Timeout | undefined;
+
   start(): this {
     this.running = true;
     this.loop = this.run();
+    if (this.settings.onSample) {
+      this.sampler = setInterval(() => void this.sample(), SAMPLE_MS);
+      this.sampler.unref();
+      void this.sample();
+    }
     return this;
+  }
+
+  private async sample(): Promise<void> {
+    try {
+      const { rows } = await this.pool.query<{ queued: number; dead: number; oldest: number | null }>(
+        `SELECT count(*) FILTER (WHERE NOT dead)::int AS queued, count(*) FILTER (WHERE dead)::int AS dead,
+                extract(epoch FROM now() - min(created_at) FILTER (WHERE NOT dead))::float8 AS oldest FROM webhook_deliveries`,
+      );
+      this.settings.onSample?.({ queued: rows[0].queued, dead: rows[0].dead, oldestSeconds: rows[0].oldest ?? 0 });
+    } catch (err) {
+      this.log.debug({ err: (err as Error).message }, 'webhook queue sample failed');
+    }
   }
 
   async stop(): Promise<void> {
     this.running = false;
+    clearInterval(this.sampler);
     this.unsubscribe?.();
     this.wake?.();
     await this.loop;
@@ -181,6 +213,7 @@ export class WebhookWorker {
     if (failure === undefined) {
       this.circuits.delete(endpoint.id);
       this.stats.delivered += deliveries.length;
+      this.settings.onOutcome?.('delivered', deliveries.length);
       return completeDeliveries(this.pool, deliveries);
     }
     this.stats.failed += deliveries.length;
@@ -197,9 +230,11 @@ export class WebhookWorker {
     const retry = deliveries.filter((d) => !dead.includes(d));
     if (dead.length) {
       this.stats.dead += dead.length;
+      this.settings.onOutcome?.('dead', dead.length);
       this.log.warn({ endpoint: endpoint.id, deliveries: dead.length, error: failure }, 'webhook deliveries dead (older than WEBHOOK_MAX_AGE_SECONDS)');
       await failDeliveries(this.pool, dead, failure, 0, true);
     }
+    if (retry.length) this.settings.onOutcome?.('failed', retry.length);
     const attempts = Math.max(...deliveries.map((d) => d.attempts));
     await failDeliveries(this.pool, retry, failure, retryAfter ?? retryDelay(attempts));
   }

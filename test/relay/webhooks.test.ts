@@ -98,6 +98,9 @@ describe('webhook delivery', () => {
       expect(matching).toContainEqual(receiver.received[0].body.data);
       // Delivered rows leave the queue.
       await until(async () => (await relay.db.pool.query('SELECT 1 FROM webhook_deliveries')).rowCount === 0, 'an empty queue');
+      const metrics = await (await fetch(`${relay.url.replace('ws', 'http')}/metrics`)).text();
+      expect(Number(/^pgrelay_webhook_deliveries_total\{outcome="delivered"\} (\d+)$/m.exec(metrics)?.[1])).toBe(20);
+      expect(metrics).toMatch(/^pgrelay_webhook_queue_deliveries \d+$/m);
     } finally {
       await receiver.close();
     }
@@ -147,6 +150,24 @@ describe('webhook delivery', () => {
       expect(receiver.received.map((r) => (r.body.data as NostrEvent[]).length)).toEqual([10, 10, 5]);
       expect(receiver.received.every((r) => r.body.type === 'events')).toBe(true);
       expect(receiver.events().sort()).toEqual(sortedIds(events));
+    } finally {
+      await receiver.close();
+    }
+  });
+
+  it('delivers ephemeral events and deletion requests that match, like any event', async () => {
+    const receiver = new Receiver();
+    const url = await receiver.start();
+    try {
+      const gus = newSigner();
+      await addEndpoint(relay, url, [{ authors: [gus.pubkey], kinds: [5, 20001] }]);
+      const note = gus.signFast({ content: 'to be deleted' }); // kind 1: not for this endpoint
+      await publishAll(client, [note]); // this batch also loads the new endpoint
+      const ephemeral = gus.signFast({ kind: 20001, content: 'typing…' });
+      const deletion = gus.signFast({ kind: 5, tags: [['e', note.id]] });
+      await publishAll(client, [ephemeral, deletion]);
+      await until(() => receiver.received.length >= 2, 'both deliveries');
+      expect(receiver.events().sort()).toEqual(sortedIds([ephemeral, deletion]));
     } finally {
       await receiver.close();
     }
