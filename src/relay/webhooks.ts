@@ -156,8 +156,11 @@ export class WebhookWorker {
   private async deliverSome(): Promise<ClaimedDelivery[]> {
     const generation = await readGeneration(this.pool);
     if (generation !== this.generation) ({ generation: this.generation, endpoints: this.endpoints } = await readEndpoints(this.pool));
-    const visibilityMs = this.settings.timeoutMs + 30_000;
-    const claimed = await claimDeliveries(this.pool, this.settings.claimBatch ?? 100, visibilityMs);
+    // Hidden for as long as the claim can take at worst (every request of an endpoint timing out, in
+    // rounds of `concurrency`): a process that dies mid-claim leaves its deliveries for that long.
+    const claimBatch = this.settings.claimBatch ?? 100;
+    const visibilityMs = this.settings.timeoutMs * Math.ceil(claimBatch / this.settings.concurrency) + 5000;
+    const claimed = await claimDeliveries(this.pool, claimBatch, visibilityMs);
     const byEndpoint = new Map<number, ClaimedDelivery[]>();
     for (const d of claimed) (byEndpoint.get(d.endpointId) ?? byEndpoint.set(d.endpointId, []).get(d.endpointId)!).push(d);
     await Promise.all([...byEndpoint].map(([id, deliveries]) => this.deliverTo(id, deliveries)));
