@@ -1,7 +1,7 @@
 // `webhook`: endpoints and their queues, as an operator runs it (the built CLI in a child process),
 // checked against the tables; replay's paging also in-process, with tiny pages.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { replayEndpoint } from '../../src/ops/webhooks.js';
+import { replayEndpoint } from '../../src/store/webhook-endpoints.js';
 import type { NostrEvent } from '../../src/nostr/event.js';
 import type { Database } from '../../src/store/database.js';
 import { WebhookOutbox } from '../../src/store/outbox.js';

@@ -46,8 +46,29 @@ describe('NIP-86 methods', () => {
         'supportedmethods', 'banpubkey', 'unbanpubkey', 'listbannedpubkeys', 'allowpubkey', 'unallowpubkey', 'listallowedpubkeys',
         'banevent', 'allowevent', 'listbannedevents', 'listeventsneedingmoderation', 'allowkind', 'disallowkind', 'listallowedkinds',
         'blockip', 'unblockip', 'listblockedips', 'changerelayname', 'changerelaydescription', 'changerelayicon',
+        'listwebhooks', 'addwebhook', 'pausewebhook', 'resumewebhook', 'removewebhook',
       ]),
     );
+  });
+
+  it('manages webhook endpoints: addwebhook, listwebhooks, pausewebhook, resumewebhook, removewebhook', async () => {
+    const added = (await ok('addwebhook', ['https://example.com/hook', { kinds: [1] }])) as { id: number; secret: string };
+    expect(added.secret).toMatch(/^whsec_/);
+    expect(await ok('listwebhooks')).toContainEqual(expect.objectContaining({ id: added.id, url: 'https://example.com/hook', filters: [{ kinds: [1] }], paused: false, queued: 0 }));
+    expect(await ok('pausewebhook', [added.id])).toBe(true);
+    expect(await ok('listwebhooks')).toContainEqual(expect.objectContaining({ id: added.id, paused: true }));
+    expect(await ok('resumewebhook', [String(added.id)])).toBe(true);
+    expect(await ok('removewebhook', [added.id])).toEqual({ queued: 0, dead: 0 });
+    for (const [params, error] of [
+      [['ftp://x/y', { kinds: [1] }], /http or https/],
+      [['https://x/y', { kinds: 'x' }], /bad filter: invalid: "kinds" must be an array/],
+      [['https://x/y', { kinds: [1] }, 'not-a-secret'], /whsec_/],
+    ] as Array<[unknown[], RegExp]>) {
+      const r = await rpc(url, admin, 'addwebhook', params);
+      expect(r.body.error).toMatch(error);
+    }
+    expect((await rpc(url, admin, 'removewebhook', [999999])).body.error).toBe('no webhook endpoint with this id');
+    expect((await rpc(url, admin, 'pausewebhook', ['x1'])).body.error).toMatch(/id/);
   });
 
   it('banpubkey refuses the key\'s new events with blocked:, listbannedpubkeys shows it, unbanpubkey lifts it', async () => {

@@ -1,8 +1,8 @@
 // webhook: the operator's side of webhooks (issue 15). Endpoints are added, paused and removed here
-// (ops/webhooks.ts); every relay process on the database enqueues for the new endpoints from the
+// (store/webhook-endpoints.ts); every relay process on the database enqueues for the new endpoints from the
 // next batch it writes, and the delivery workers send the queue.
 import type pg from 'pg';
-import * as webhooks from '../../ops/webhooks.js';
+import * as webhooks from '../../store/webhook-endpoints.js';
 import { parseEndpointFilters } from '../../store/outbox.js';
 import { parseDuration } from '../../store/retention.js';
 import type { Command } from '../command.js';

@@ -10,6 +10,7 @@ import type { Logger } from '../../log.js';
 import { eventIdFromText, pubkeyFromText } from '../../nostr/nip19.js';
 import { checkHttpAuth } from '../../policy/http-auth.js';
 import * as moderation from '../../store/moderation.js';
+import * as webhooks from '../../store/webhook-endpoints.js';
 
 export const RPC_CONTENT_TYPE = 'application/nostr+json+rpc';
 const MAX_BODY_BYTES = 64 * 1024;
@@ -57,6 +58,32 @@ const iconOf = (params: Params): string => {
   return url;
 };
 
+const endpointIdOf = (params: Params): number => {
+  const id = typeof params[0] === 'string' && /^\d{1,9}$/.test(params[0]) ? Number(params[0]) : params[0];
+  if (typeof id !== 'number' || !Number.isInteger(id) || id < 1) throw new RpcError('the first parameter must be a webhook endpoint id');
+  return id;
+};
+const found = <T>(value: T | undefined | false): T => {
+  if (value === undefined || value === false) throw new RpcError('no webhook endpoint with this id');
+  return value;
+};
+
+/** Webhooks (store/webhook-endpoints.ts, as `npm run cli -- webhook`): params [url, filter or filters, secret?, batch?]. */
+async function addWebhook(pool: pg.Pool, p: Params): Promise<{ id: number; secret: string }> {
+  const [url, filters, secret, batch] = p;
+  if (typeof url !== 'string') throw new RpcError('the first parameter must be the endpoint URL');
+  if (typeof filters !== 'object' || filters === null) throw new RpcError('the second parameter must be a NIP-01 filter or an array of them');
+  if (secret !== undefined && secret !== null && typeof secret !== 'string') throw new RpcError('the third parameter, if given, must be a whsec_ secret');
+  if (batch !== undefined && batch !== null && typeof batch !== 'number') throw new RpcError('the fourth parameter, if given, must be the batch size');
+  const chosen = (secret as string | null | undefined) ?? webhooks.generateSecret();
+  try {
+    const id = await webhooks.addEndpoint(pool, { url, filters: Array.isArray(filters) ? filters : [filters], secret: chosen, batchSize: (batch as number | undefined) ?? 1 });
+    return { id, secret: chosen };
+  } catch (err) {
+    throw new RpcError((err as Error).message);
+  }
+}
+
 function methods(pool: pg.Pool): Record<string, Method> {
   const table: Record<string, Method> = {
     supportedmethods: async () => Object.keys(table),
@@ -80,11 +107,18 @@ function methods(pool: pg.Pool): Record<string, Method> {
     changerelayname: async (p) => (await moderation.setRelayInfo(pool, 'name', textOf(p, 100, 'name')), true),
     changerelaydescription: async (p) => (await moderation.setRelayInfo(pool, 'description', textOf(p, 5000, 'description')), true),
     changerelayicon: async (p) => (await moderation.setRelayInfo(pool, 'icon', iconOf(p)), true),
+    // Webhooks: not in NIP-86; named in its style.
+    listwebhooks: async () =>
+      (await webhooks.listEndpoints(pool)).map((e) => ({ id: e.id, url: e.url, filters: e.filters, paused: e.paused, batch: e.batchSize, queued: e.queued, dead: e.dead, oldest_queued_seconds: e.oldestQueuedSeconds })),
+    addwebhook: async (p) => addWebhook(pool, p),
+    pausewebhook: async (p) => found(await webhooks.setPaused(pool, endpointIdOf(p), true)),
+    resumewebhook: async (p) => found(await webhooks.setPaused(pool, endpointIdOf(p), false)),
+    removewebhook: async (p) => found(await webhooks.removeEndpoint(pool, endpointIdOf(p))),
   };
   return table;
 }
 
-const READ_ONLY = new Set(['supportedmethods', 'listbannedpubkeys', 'listallowedpubkeys', 'listbannedevents', 'listeventsneedingmoderation', 'listallowedkinds', 'listblockedips']);
+const READ_ONLY = new Set(['supportedmethods', 'listbannedpubkeys', 'listallowedpubkeys', 'listbannedevents', 'listeventsneedingmoderation', 'listallowedkinds', 'listblockedips', 'listwebhooks']);
 
 function reply(res: ServerResponse, status: number, body: { result?: unknown; error?: string }): void {
   res.writeHead(status, { 'Content-Type': 'application/json', 'Cache-Control': 'no-store', 'Access-Control-Allow-Origin': '*' });

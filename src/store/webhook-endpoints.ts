@@ -8,8 +8,8 @@ import type pg from 'pg';
 import type { NostrEvent } from '../nostr/event.js';
 import { compileFilter, toMatchable, type MatchableEvent } from '../nostr/filter.js';
 import { searchDocument } from '../nostr/search.js';
-import { changeEndpoints, parseEndpointFilters } from '../store/outbox.js';
-import { needsPreparing, prepareSearch } from '../store/search.js';
+import { changeEndpoints, parseEndpointFilters } from './outbox.js';
+import { needsPreparing, prepareSearch } from './search.js';
 
 export const MAX_BATCH_SIZE = 1000;
 
