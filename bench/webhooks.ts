@@ -22,6 +22,7 @@ import { computeEventId, type NostrEvent } from '../src/nostr/event.js';
 import { openDatabase, type Database } from '../src/store/database.js';
 import { changeEndpoints } from '../src/store/outbox.js';
 import { claimDeliveries, completeDeliveries } from '../src/store/webhook-queue.js';
+import { removeEndpoint } from '../src/store/webhook-endpoints.js';
 import { startRelayProcess } from './lib/relay-process.js';
 import { ms, summarize } from './lib/stats.js';
 import { loadAverage, machineDescription } from './load/system.js';
@@ -256,6 +257,39 @@ async function queueBench(): Promise<void> {
       const drained = await drain(workers);
       results.push(`| ${workers} | ${rows.toLocaleString('en-US')} | ${Math.round(enqueued).toLocaleString('en-US')} | ${Math.round(drained).toLocaleString('en-US')} |`);
     }
+    // A paused endpoint keeps its queue: the others' deliveries must not wait behind it.
+    const paused = await changeEndpoints(db.pool, async (c) => (await c.query<{ id: number }>(`INSERT INTO webhook_endpoints (url, filters, paused) VALUES ('http://127.0.0.1:2/', '[{}]', true) RETURNING id`)).rows[0].id);
+    await enqueue(paused);
+    const enqueued = await enqueue(endpoint);
+    await db.pool.query('VACUUM ANALYZE webhook_deliveries');
+    const drained = await drain(1);
+    results.push(`| 1, beside ${rows.toLocaleString('en-US')} rows of a paused endpoint | ${rows.toLocaleString('en-US')} | ${Math.round(enqueued).toLocaleString('en-US')} | ${Math.round(drained).toLocaleString('en-US')} |`);
+    // Removing an endpoint with a long queue: how long it takes, and the longest a writer waits meanwhile
+    // (a writer takes the endpoints lock shared in each batch; store/outbox.ts).
+    await enqueue(paused);
+    let longestWaitMs = 0;
+    let removing = true;
+    const writer = (async () => {
+      while (removing) {
+        const client = await db.pool.connect();
+        try {
+          const t = performance.now();
+          await client.query('BEGIN');
+          await client.query(`SELECT pg_advisory_xact_lock_shared(hashtextextended('pgrelay:webhook-endpoints', 0))`);
+          longestWaitMs = Math.max(longestWaitMs, performance.now() - t);
+          await client.query('COMMIT');
+        } finally {
+          client.release();
+        }
+        await new Promise((r) => setTimeout(r, 5));
+      }
+    })();
+    const removeStarted = performance.now();
+    const dropped = await removeEndpoint(db.pool, paused);
+    const removeMs = performance.now() - removeStarted;
+    removing = false;
+    await writer;
+    console.log(`\nRemoving an endpoint with ${dropped!.queued.toLocaleString('en-US')} queued deliveries: ${Math.round(removeMs)} ms; longest writer wait meanwhile ${longestWaitMs.toFixed(1)} ms`);
     console.log(`\nQueue: batches of ${batch}; payload ${payload.length} bytes; load average after ${loadAverage().toFixed(1)}\n`);
     console.log('| drain workers | rows | enqueued rows/s | claimed + deleted rows/s |');
     console.log('|---:|---:|---:|---:|');

@@ -8,6 +8,7 @@ import * as liveFeed from './20261226000001_live_feed.js';
 import * as vanish from './20261227000001_vanish.js';
 import * as search from './20261228000001_search.js';
 import * as webhooks from './20261229000001_webhooks.js';
+import * as webhookReadyByEndpoint from './20261230000001_webhook_ready_by_endpoint.js';
 
 export interface Migration {
   up(knex: Knex): Promise<void>;
@@ -24,4 +25,5 @@ export const migrations: Record<string, Migration> = {
   '20261227000001_vanish': vanish,
   '20261228000001_search': search,
   '20261229000001_webhooks': webhooks,
+  '20261230000001_webhook_ready_by_endpoint': webhookReadyByEndpoint,
 };

@@ -129,23 +129,32 @@ export async function setPaused(pool: pg.Pool, id: number, paused: boolean): Pro
   });
 }
 
+/** Deliveries removed per statement while an endpoint is removed. */
+const REMOVE_BATCH = 10_000;
+
 /**
- * Removes an endpoint; its deliveries go with it (ON DELETE CASCADE). Returns how many were dropped,
- * or undefined when there is no such endpoint. The deliveries are locked before they are counted, so
- * a worker completing some meanwhile does not make the count wrong.
+ * Removes an endpoint and its deliveries. Returns how many deliveries were dropped, or undefined when
+ * there is no such endpoint. Writers wait for changeEndpoints' exclusive lock, so its queue is not
+ * deleted under that lock, however long it is: the endpoint is paused first (no worker claims its
+ * deliveries from then on), its queue is deleted in batches of REMOVE_BATCH, each its own short
+ * statement, and only the endpoint row and the few deliveries queued meanwhile go under the lock.
+ * Interrupted, it leaves the endpoint paused, with what remains of its queue.
  */
 export async function removeEndpoint(pool: pg.Pool, id: number): Promise<{ queued: number; dead: number } | undefined> {
-  return changeEndpoints(pool, async (client) => {
+  if (!(await setPaused(pool, id, true))) return undefined;
+  const dropped = { queued: 0, dead: 0 };
+  const count = (rows: Array<{ queued: number; dead: number }>) => ((dropped.queued += rows[0].queued), (dropped.dead += rows[0].dead), rows[0].queued + rows[0].dead);
+  const DELETE = `WITH gone AS (DELETE FROM webhook_deliveries WHERE id IN (SELECT id FROM webhook_deliveries WHERE endpoint_id = $1 ORDER BY id LIMIT $2) RETURNING dead)
+                  SELECT count(*) FILTER (WHERE NOT dead)::int AS queued, count(*) FILTER (WHERE dead)::int AS dead FROM gone`;
+  while (count((await pool.query<{ queued: number; dead: number }>(DELETE, [id, REMOVE_BATCH])).rows) === REMOVE_BATCH);
+  const removed = await changeEndpoints(pool, async (client) => {
     const found = await client.query('SELECT 1 FROM webhook_endpoints WHERE id = $1 FOR UPDATE', [id]);
-    if (found.rowCount === 0) return undefined;
-    const { rows } = await client.query<{ queued: number; dead: number }>(
-      `SELECT count(*) FILTER (WHERE NOT dead)::int AS queued, count(*) FILTER (WHERE dead)::int AS dead
-         FROM (SELECT dead FROM webhook_deliveries WHERE endpoint_id = $1 FOR UPDATE) d`,
-      [id],
-    );
+    if (found.rowCount === 0) return false;
+    count((await client.query<{ queued: number; dead: number }>(DELETE, [id, null])).rows); // LIMIT NULL: all
     await client.query('DELETE FROM webhook_endpoints WHERE id = $1', [id]);
-    return rows[0];
+    return true;
   });
+  return removed ? dropped : undefined;
 }
 
 export async function endpointExists(pool: pg.Pool, id: number): Promise<boolean> {

@@ -14,15 +14,22 @@ export interface ClaimedDelivery {
   createdAt: Date;
 }
 
-/** Claims up to `limit` visible deliveries of enabled endpoints, hidden for `visibilityMs`. */
+/**
+ * Claims up to `limit` visible deliveries of enabled endpoints, hidden for `visibilityMs`, those
+ * visible longest first. Each enabled endpoint's ready deliveries are read on their own
+ * (webhook_deliveries_ready_by_endpoint), so a paused endpoint's backlog costs a claim nothing.
+ */
 export async function claimDeliveries(pool: pg.Pool, limit: number, visibilityMs: number): Promise<ClaimedDelivery[]> {
   const { rows } = await pool.query<{ id: string; endpoint_id: number; event_id: Buffer; payload: string; attempts: number; created_at: Date }>(
     `UPDATE webhook_deliveries d SET visible_at = now() + $2 * interval '1 millisecond', attempts = d.attempts + 1
       WHERE d.id IN (
-        SELECT q.id FROM webhook_deliveries q JOIN webhook_endpoints e ON e.id = q.endpoint_id AND NOT e.paused
-         WHERE NOT q.dead AND q.visible_at <= now()
-         ORDER BY q.visible_at, q.id LIMIT $1
-         FOR UPDATE OF q SKIP LOCKED)
+        SELECT r.id FROM webhook_endpoints e CROSS JOIN LATERAL (
+          SELECT q.id, q.visible_at FROM webhook_deliveries q
+           WHERE q.endpoint_id = e.id AND NOT q.dead AND q.visible_at <= now()
+           ORDER BY q.visible_at, q.id LIMIT $1
+           FOR UPDATE SKIP LOCKED) r
+         WHERE NOT e.paused
+         ORDER BY r.visible_at, r.id LIMIT $1)
       RETURNING d.id::text AS id, d.endpoint_id, d.event_id, d.payload, d.attempts, d.created_at`,
     [limit, visibilityMs],
   );

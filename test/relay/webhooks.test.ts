@@ -222,6 +222,46 @@ describe('webhook delivery limits', () => {
     }
   }, 30_000);
 
+  it('sends nothing to an endpoint for 5 s after 10 failures in a row, while the others are served, then delivers everything', async () => {
+    const relay = await startTestRelay();
+    const client = await TestClient.connect(relay.url);
+    const [down, up] = [new Receiver(), new Receiver()];
+    const [downUrl, upUrl] = [await down.start(), await up.start()];
+    let failing = true;
+    down.answer = (_, res) => {
+      if (failing) res.statusCode = 503;
+      res.end();
+    };
+    try {
+      const [gina, hal] = [newSigner(), newSigner()];
+      await addEndpoint(relay, downUrl, [{ authors: [gina.pubkey] }]);
+      await addEndpoint(relay, upUrl, [{ authors: [hal.pubkey] }]);
+      const refused = Array.from({ length: 12 }, (_, i) => gina.signFast({ content: `down ${i}` }));
+      await publishAll(client, refused);
+      await until(() => down.requests >= 10, 'ten failed attempts');
+      const opened = Date.now();
+      await new Promise((r) => setTimeout(r, 200));
+      const requests = down.requests;
+      // Without the circuit, the retries (due after 0.5–1 s, then 1–2 s) would reach the receiver now.
+      const served = Array.from({ length: 5 }, (_, i) => hal.signFast({ content: `up ${i}` }));
+      await publishAll(client, served);
+      await until(() => up.received.length === 5, 'the healthy endpoint, served meanwhile');
+      await new Promise((r) => setTimeout(r, 3000 - (Date.now() - opened)));
+      expect(down.requests).toBe(requests);
+      // Postponed, not attempted: the attempts held back are not counted.
+      const { rows } = await relay.db.pool.query<{ attempts: number }>('SELECT max(attempts)::int AS attempts FROM webhook_deliveries');
+      expect(rows[0].attempts).toBeLessThanOrEqual(2);
+      failing = false;
+      await until(() => down.received.length === 12, 'every delivery once the circuit lets them through', 15_000);
+      expect(Date.now() - opened).toBeGreaterThanOrEqual(4000);
+      expect(down.events().sort()).toEqual(sortedIds(refused));
+    } finally {
+      client.close();
+      await Promise.all([down.close(), up.close()]);
+      await relay.close();
+    }
+  }, 30_000);
+
   it('two relay processes on one database deliver each event once', async () => {
     const a = await startTestRelay();
     const b = await startTestRelay({}, a.config.DATABASE_URL);

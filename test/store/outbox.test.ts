@@ -5,6 +5,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { NostrEvent } from '../../src/nostr/event.js';
 import { changeEndpoints, parseEndpointFilters } from '../../src/store/outbox.js';
+import { removeEndpoint } from '../../src/store/webhook-endpoints.js';
 import { claimDeliveries, completeDeliveries, failDeliveries } from '../../src/store/webhook-queue.js';
 import { TestClient } from '../support/client.js';
 import { newSigner } from '../support/keys.js';
@@ -113,5 +114,44 @@ describe('webhook queue', () => {
     expect(rows).toEqual([{ last_error: 'HTTP 500', dead: false }, { last_error: 'gone', dead: true }]);
     await changeEndpoints(pool(), (c) => c.query('UPDATE webhook_endpoints SET paused = false WHERE id = $1', [paused]));
     expect((await claimDeliveries(pool(), 10, 60_000)).map((d) => d.endpointId)).toEqual([paused, paused]);
+  });
+
+  it('claims the deliveries visible longest first, across endpoints', async () => {
+    await pool().query('DELETE FROM webhook_deliveries');
+    const [a, b] = [await addEndpoint([{ kinds: [40001] }]), await addEndpoint([{ kinds: [40001] }])];
+    // Visible 1…6 s ago, alternating endpoints: a claim of 4 takes the 4 oldest, 2 of each.
+    await pool().query(
+      `INSERT INTO webhook_deliveries (endpoint_id, event_id, payload, visible_at)
+       SELECT CASE WHEN i % 2 = 0 THEN $1::int ELSE $2::int END, decode(lpad(to_hex(i), 64, '0'), 'hex'), '{}', now() - i * interval '1 second'
+         FROM generate_series(1, 6) i`,
+      [a, b],
+    );
+    const claimed = await claimDeliveries(pool(), 4, 60_000);
+    expect(claimed.map((d) => parseInt(d.eventId, 16)).sort()).toEqual([3, 4, 5, 6]);
+    expect(claimed.filter((d) => d.endpointId === a).length).toBe(2);
+  });
+
+  it('removes an endpoint with a queue longer than one batch, counting each delivery dropped, while the writer goes on queueing for it', async () => {
+    await pool().query('DELETE FROM webhook_deliveries');
+    const frank = newSigner();
+    const id = await addEndpoint([{ authors: [frank.pubkey] }]);
+    await pool().query(
+      `INSERT INTO webhook_deliveries (endpoint_id, event_id, payload, dead)
+       SELECT $1, decode(lpad(to_hex(i), 64, '0'), 'hex'), '{}', i <= 1500 FROM generate_series(1, 25000) i`,
+      [id],
+    );
+    const publishing = Promise.all(Array.from({ length: 30 }, (_, i) => client.publish(frank.sign({ content: `during removal ${i}` }))));
+    const dropped = await removeEndpoint(pool(), id);
+    const published = await publishing;
+    expect(published.every(([ok]) => ok)).toBe(true);
+    expect(dropped!.dead).toBe(1500);
+    expect(dropped!.queued).toBeGreaterThanOrEqual(23500);
+    expect(dropped!.queued).toBeLessThanOrEqual(23500 + 30);
+    expect(await queued(id)).toEqual([]);
+    expect((await pool().query('SELECT 1 FROM webhook_endpoints WHERE id = $1', [id])).rowCount).toBe(0);
+    expect(await removeEndpoint(pool(), id)).toBeUndefined();
+    // The writer stores the next events for nobody.
+    expect(await client.publish(frank.sign({ content: 'after removal' }))).toEqual([true, '']);
+    expect(await queued(id)).toEqual([]);
   });
 });
