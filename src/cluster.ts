@@ -7,7 +7,9 @@
 import cluster, { type Worker } from 'node:cluster';
 import { availableParallelism } from 'node:os';
 import type { Config } from './config.js';
+import type { Lifecycle } from './lifecycle.js';
 import type { Logger } from './log.js';
+import { checkPortFree } from './relay/listen-check.js';
 import { openDatabase } from './store/database.js';
 
 /** How many processes WORKERS asks for. */
@@ -18,16 +20,20 @@ export function workerCount(config: Pick<Config, 'WORKERS'>): number {
 /** A worker that dies sooner than this after starting is restarted after a growing delay. */
 const CRASH_LOOP_MS = 10_000;
 
-export async function runPrimary(config: Config, log: Logger): Promise<void> {
+/** A worker's exit code when it could not start (its port, its database …): the primary then stops. */
+export const WORKER_START_FAILED = 78;
+
+export async function runPrimary(config: Config, log: Logger, lifecycle: Lifecycle): Promise<void> {
   const count = workerCount(config);
+  await checkPortFree(config.PORT, config.HOST);
   // Its pool stays unused (and so without connections): the workers connect to the same server, the
   // embedded one's URL or DATABASE_URL as given.
   const db = await openDatabase(config, log);
+  lifecycle.add('database', (reason) => db.close({ leaveAdopted: reason === 'startup-failed' }));
   const env: Record<string, string> = { DATABASE_URL: db.url };
   // Verify threads: the cores shared among the workers rather than every worker taking them all.
   if (config.VERIFY_THREADS === 'auto') env.VERIFY_THREADS = String(Math.max(1, Math.floor(availableParallelism() / count)));
 
-  let stopping = false;
   let reported = false;
   const listening = new Set<number>();
   const startedAt = new Map<number, number>();
@@ -41,6 +47,7 @@ export async function runPrimary(config: Config, log: Logger): Promise<void> {
       listening.add(worker.id);
       if (!reported && listening.size === count) {
         reported = true;
+        lifecycle.started();
         log.info({ url: m.url, workers: count }, 'relay listening');
       }
     });
@@ -49,13 +56,15 @@ export async function runPrimary(config: Config, log: Logger): Promise<void> {
 
   cluster.on('exit', (worker, code, signal) => {
     listening.delete(worker.id);
-    if (stopping) return;
+    if (lifecycle.isStopping) return;
+    // A worker that could not start has said why on stderr; the others would fail alike.
+    if (code === WORKER_START_FAILED && !reported) return void lifecycle.stop('a worker could not start', 1, 'startup-failed');
     const lived = Date.now() - (startedAt.get(worker.id) ?? 0);
     startedAt.delete(worker.id);
     restartDelayMs = lived < CRASH_LOOP_MS ? Math.min(restartDelayMs * 2, 30_000) : 500;
     log.error({ pid: worker.process.pid, code, signal, restartInMs: restartDelayMs }, 'worker died; starting another');
     setTimeout(() => {
-      if (stopping) return;
+      if (lifecycle.isStopping) return;
       const next = fork();
       next.once('message', () => log.info({ pid: next.process.pid }, 'worker restarted'));
     }, restartDelayMs);
@@ -63,11 +72,10 @@ export async function runPrimary(config: Config, log: Logger): Promise<void> {
 
   for (let i = 0; i < count; i++) fork();
 
-  const shutdown = async (signal: string) => {
-    if (stopping) return;
-    stopping = true;
-    log.info({ signal, workers: Object.keys(cluster.workers ?? {}).length }, 'shutting down workers');
+  // Each worker drains (answers its in-flight writes) before the database is stopped.
+  lifecycle.add('workers', async () => {
     const workers = Object.values(cluster.workers ?? {}).filter((w): w is Worker => w !== undefined);
+    log.info({ workers: workers.length }, 'stopping workers');
     await Promise.all(
       workers.map(
         (w) =>
@@ -80,12 +88,8 @@ export async function runPrimary(config: Config, log: Logger): Promise<void> {
           }),
       ),
     );
-    await db.close();
     log.info('all workers stopped');
-    process.exit(0);
-  };
-  process.on('SIGINT', () => void shutdown('SIGINT'));
-  process.on('SIGTERM', () => void shutdown('SIGTERM'));
+  });
   // Certificates rotate: each worker reads them again.
   process.on('SIGHUP', () => {
     for (const w of Object.values(cluster.workers ?? {})) w?.process.kill('SIGHUP');

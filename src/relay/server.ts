@@ -102,6 +102,9 @@ export interface PrimaryDatabase {
 
 export async function startRelay(config: Config, db: PrimaryDatabase, log: Logger): Promise<RelayServer> {
   const { pool } = db;
+  // First, before anything starts that would need stopping: unusable TLS files end the start here.
+  const router = new HttpRouter(log);
+  const listening = await createListeningServer(config, router.handle);
   // The operator's lists, watched so that a change made by any process applies here within a second.
   const moderation = await new ModerationWatch(pool, log).start();
   const policy = policyFrom(config, moderation);
@@ -176,7 +179,6 @@ export async function startRelay(config: Config, db: PrimaryDatabase, log: Logge
   const status = config.STATUS_PAGE
     ? new StatusSampler({ metrics, pool, log, info, connections: () => connections.size, subscriptions: () => subscriptions.size }).start()
     : undefined;
-  const router = new HttpRouter(log);
   router.add(
     relayEndpoint({
       info,
@@ -196,7 +198,6 @@ export async function startRelay(config: Config, db: PrimaryDatabase, log: Logge
   for (const route of healthRoutes(pool, () => ctx.closing)) router.add(route);
   router.add(metricsRoute(metrics, config.METRICS_TOKEN));
   for (const route of status ? statusRoutes(status) : []) router.add(route);
-  const listening = await createListeningServer(config, router.handle);
   const http = listening.server;
   // The frame cap is above the announced limit so an oversized message still gets a NIP-01 reply;
   // beyond it ws closes the connection (1009) without buffering the rest.
@@ -296,10 +297,41 @@ export async function startRelay(config: Config, db: PrimaryDatabase, log: Logge
       }, changes).start()
     : undefined;
 
-  await new Promise<void>((resolve, reject) => {
-    http.once('error', reject);
-    http.listen(config.PORT, config.HOST, () => resolve());
-  });
+  const close = async (): Promise<void> => {
+    ctx.closing = true;
+    moderation.stop();
+    status?.stop();
+    clearInterval(heartbeat);
+    clearInterval(sweep);
+    stopRetention();
+    const stopped = new Promise<void>((resolve) => http.close(() => resolve()));
+    // Every event already being written gets its OK before its socket closes.
+    const deadline = new Promise((r) => setTimeout(r, config.SHUTDOWN_TIMEOUT_MS).unref());
+    await Promise.race([ctx.writer.drain(), deadline]);
+    await new Promise((r) => setImmediate(r));
+    for (const connection of connections.values()) connection.close(1001, 'relay shutting down');
+    wss.close();
+    // Plain HTTP keep-alive sockets and status-page streams would hold http.close() open.
+    http.closeAllConnections();
+    await Promise.race([stopped, deadline]);
+    for (const ws of connections.keys()) ws.terminate();
+    await ctx.verifier.close();
+    await webhooks?.stop();
+    await feed.stop();
+    await reads.stop();
+    const { batches, events, failedBatches } = ctx.writer.stats;
+    log.info({ writer: { batches, events, failedBatches, meanBatch: batches ? events / batches : 0 } }, 'relay stopped');
+  };
+
+  try {
+    await new Promise<void>((resolve, reject) => {
+      http.once('error', reject);
+      http.listen(config.PORT, config.HOST, () => resolve());
+    });
+  } catch (err) {
+    await close(); // what started so far, stopped before the caller reports the failure
+    throw err;
+  }
   const { port } = http.address() as AddressInfo;
   const host = config.HOST.includes(':') ? `[${config.HOST}]` : config.HOST;
   const url = `${listening.scheme}://${host}:${port}`;
@@ -314,30 +346,6 @@ export async function startRelay(config: Config, db: PrimaryDatabase, log: Logge
       if (reloaded) log.info({ cert: config.TLS_CERT_FILE }, 'TLS certificate reloaded');
       return reloaded;
     },
-    async close() {
-      ctx.closing = true;
-      moderation.stop();
-      status?.stop();
-      clearInterval(heartbeat);
-      clearInterval(sweep);
-      stopRetention();
-      const stopped = new Promise<void>((resolve) => http.close(() => resolve()));
-      // Every event already being written gets its OK before its socket closes.
-      const deadline = new Promise((r) => setTimeout(r, config.SHUTDOWN_TIMEOUT_MS).unref());
-      await Promise.race([ctx.writer.drain(), deadline]);
-      await new Promise((r) => setImmediate(r));
-      for (const connection of connections.values()) connection.close(1001, 'relay shutting down');
-      wss.close();
-      // Plain HTTP keep-alive sockets and status-page streams would hold http.close() open.
-      http.closeAllConnections();
-      await Promise.race([stopped, deadline]);
-      for (const ws of connections.keys()) ws.terminate();
-      await ctx.verifier.close();
-      await webhooks?.stop();
-      await feed.stop();
-      await reads.stop();
-      const { batches, events, failedBatches } = ctx.writer.stats;
-      log.info({ writer: { batches, events, failedBatches, meanBatch: batches ? events / batches : 0 } }, 'relay stopped');
-    },
+    close,
   };
 }

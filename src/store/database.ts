@@ -5,13 +5,16 @@ import pg from 'pg';
 import type { Config } from '../config.js';
 import type { Logger } from '../log.js';
 import { startEmbeddedPostgres, type EmbeddedPostgres } from './embedded.js';
-import { migrateLatest } from './migrate.js';
+import { migrateLatest, migrationStatus } from './migrate.js';
+import { SQLSTATE } from './pg-errors.js';
+import { FatalError } from '../fatal.js';
 
 export interface Database {
   url: string;
   pool: pg.Pool;
   knex: Knex;
-  close(): Promise<void>;
+  /** `leaveAdopted`: after a failed start, an embedded server this process found running stays up. */
+  close(options?: { leaveAdopted?: boolean }): Promise<void>;
 }
 
 const EMBEDDED_DATABASE = 'nostr';
@@ -56,6 +59,71 @@ export function createKnex(url: string): Knex {
   return knexFactory({ client: 'pg', connection: url, pool: { min: 0, max: 4 } });
 }
 
+/** Where a URL points, without its password: for messages. */
+function describeUrl(url: string): { server: string; user: string; database: string } {
+  const u = new URL(url);
+  return { server: `${u.hostname}:${u.port || 5432}`, user: decodeURIComponent(u.username) || '(default user)', database: decodeURIComponent(u.pathname.slice(1)) || '(default)' };
+}
+
+const CONNECT_TIMEOUT_MS = 5000;
+
+/**
+ * Connects once to DATABASE_URL before anything else uses it, so that a server that is down, a wrong
+ * password or a missing database is reported as such (FatalError), not as whatever statement failed first.
+ */
+async function checkConnection(url: string): Promise<void> {
+  const client = new pg.Client({ connectionString: url, connectionTimeoutMillis: CONNECT_TIMEOUT_MS });
+  client.on('error', () => {}); // a failure is reported by connect()
+  try {
+    await client.connect();
+  } catch (err) {
+    throw connectionError(err, url);
+  } finally {
+    await client.end().catch(() => {});
+  }
+}
+
+export function connectionError(err: unknown, url: string): FatalError {
+  const { server, user, database } = describeUrl(url);
+  const e = err as { code?: string; message?: string };
+  const message = e.message ?? String(err);
+  switch (e.code) {
+    case 'ECONNREFUSED':
+      return new FatalError(`the database server at ${server} refuses connections`, 'start PostgreSQL there or correct DATABASE_URL (unset, the relay runs its own embedded PostgreSQL)');
+    case 'ENOTFOUND':
+    case 'EAI_AGAIN':
+      return new FatalError(`the database host in DATABASE_URL (${server}) cannot be resolved`, 'correct DATABASE_URL');
+    case 'ETIMEDOUT':
+    case 'EHOSTUNREACH':
+    case 'ENETUNREACH':
+      return new FatalError(`the database server at ${server} cannot be reached (${e.code})`, 'check the address in DATABASE_URL and the network or firewall between');
+    case SQLSTATE.invalidPassword:
+    case SQLSTATE.invalidAuthorization:
+      return new FatalError(`the database at ${server} refused user "${user}" (${message})`, 'correct the user and password in DATABASE_URL');
+    case SQLSTATE.invalidCatalogName:
+      return new FatalError(`database "${database}" does not exist on ${server}`, `create it (e.g. createdb ${database}) or correct the database name in DATABASE_URL`);
+  }
+  if (/timeout/i.test(message))
+    return new FatalError(`the database server at ${server} did not answer within ${CONNECT_TIMEOUT_MS / 1000} s`, 'check that PostgreSQL runs there and DATABASE_URL points at it');
+  return new FatalError(`cannot connect to the database at ${server} (${message})`, 'check DATABASE_URL and the server');
+}
+
+/** Runs pending migrations; a failure names the migration and what state it leaves. */
+async function migrate(knex: Knex, log: Logger): Promise<void> {
+  try {
+    const applied = await migrateLatest(knex);
+    if (applied.length) log.info({ applied }, 'migrations applied');
+  } catch (err) {
+    const pending = await migrationStatus(knex).then((s) => s.pending, () => []);
+    // knex prefixes the server's message with the whole statement: keep the server's words.
+    const message = (err as Error).message;
+    throw new FatalError(
+      `migration ${pending[0] ?? '(unknown)'} failed: ${message.includes(' - ') ? message.slice(message.lastIndexOf(' - ') + 3) : message}`,
+      'the migrations before it stay applied; fix the cause and start again (`npm run cli -- migrate status` lists them)',
+    );
+  }
+}
+
 /** Connects (starting the embedded server if needed) and, unless told not to, runs pending migrations. */
 export async function openDatabase(
   config: Config,
@@ -64,32 +132,33 @@ export async function openDatabase(
 ): Promise<Database> {
   let embedded: EmbeddedPostgres | undefined;
   let url = config.DATABASE_URL;
-  if (!url) {
-    embedded = await startEmbeddedPostgres(config.DATA_DIR, config.EMBEDDED_PG_PORT, log, options.ownEmbeddedServer ?? true);
-    await ensureDatabase(embedded.adminUrl, EMBEDDED_DATABASE);
-    url = withDatabaseName(embedded.adminUrl, EMBEDDED_DATABASE);
-  }
-  const knex = createKnex(url);
+  let knex: Knex | undefined;
   try {
-    if (options.migrate !== false) {
-      const applied = await migrateLatest(knex);
-      if (applied.length) log.info({ applied }, 'migrations applied');
+    if (!url) {
+      embedded = await startEmbeddedPostgres(config.DATA_DIR, config.EMBEDDED_PG_PORT, log, options.ownEmbeddedServer ?? true);
+      await ensureDatabase(embedded.adminUrl, EMBEDDED_DATABASE);
+      url = withDatabaseName(embedded.adminUrl, EMBEDDED_DATABASE);
+    } else {
+      await checkConnection(url);
     }
+    knex = createKnex(url);
+    if (options.migrate !== false) await migrate(knex, log);
   } catch (err) {
-    await knex.destroy();
-    await embedded?.stop();
+    await knex?.destroy();
+    // Only a server this process started: one it found running belongs to someone else.
+    if (embedded?.startedHere) await embedded.stop().catch((e) => log.error({ err: (e as Error).message }, 'embedded PostgreSQL not stopped'));
     throw err;
   }
   const pool = createPool(url, config, log);
+  const opened = knex;
   return {
     url,
     pool,
-    knex,
-    async close() {
+    knex: opened,
+    async close(closeOptions = {}) {
       await pool.end();
-      await knex.destroy();
-      await embedded?.stop();
+      await opened.destroy();
+      if (embedded && !(closeOptions.leaveAdopted && !embedded.startedHere)) await embedded.stop();
     },
   };
 }
-

@@ -5,11 +5,12 @@
 // next start adopts instead of failing on a stale lock.
 import { execFile, type ExecFileOptions } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { chown, mkdir, readFile, rm, writeFile, appendFile } from 'node:fs/promises';
-import { existsSync } from 'node:fs';
+import { access, chown, mkdir, readFile, rm, writeFile, appendFile } from 'node:fs/promises';
+import { constants, existsSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { arch, platform, totalmem, userInfo } from 'node:os';
 import path from 'node:path';
+import { FatalError } from '../fatal.js';
 import type { Logger } from '../log.js';
 
 export interface Binaries {
@@ -21,6 +22,8 @@ export interface EmbeddedPostgres {
   /** Connection string of the `postgres` maintenance database. */
   adminUrl: string;
   port: number;
+  /** False when a server already running on DATA_DIR was joined. */
+  startedHere: boolean;
   stop(): Promise<void>;
 }
 
@@ -108,6 +111,42 @@ async function runningPort(bin: Binaries, pgdata: string, runAs: RunAs): Promise
   return Number(pidFile.split('\n')[3]);
 }
 
+const DATA_DIR_TODO = 'set DATA_DIR to a folder this user can write, or DATABASE_URL to use another PostgreSQL';
+
+/**
+ * Creates DATA_DIR and makes sure PostgreSQL can use it. As root, the server runs as `postgres`,
+ * which must be able to reach the folder: a parent it cannot enter (`mktemp -d` makes 0700 folders)
+ * would otherwise fail deep inside initdb with "permission denied".
+ */
+async function prepareDataDir(dataDir: string, runAs: RunAs): Promise<void> {
+  try {
+    await mkdir(dataDir, { recursive: true });
+    if (runAs) await chown(dataDir, runAs.uid, runAs.gid);
+    await access(dataDir, constants.W_OK | constants.X_OK);
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code ?? (err as Error).message;
+    throw new FatalError(`DATA_DIR ${dataDir} cannot be written (${code})`, DATA_DIR_TODO);
+  }
+  if (!runAs) return;
+  // Each folder on the way must be enterable by `postgres`, and DATA_DIR writable.
+  const folders: string[] = [];
+  for (let dir = dataDir; ; dir = path.dirname(dir)) {
+    folders.unshift(dir);
+    if (path.dirname(dir) === dir) break;
+  }
+  // One shell, as `postgres`: prints the first folder it cannot enter (or DATA_DIR if it cannot write it).
+  const script = 'for d in "$@"; do test -x "$d" || { echo "$d"; exit 1; }; done; test -w "$0" || { echo "$0"; exit 1; }';
+  const blocked = await run('/bin/sh', ['-c', script, dataDir, ...folders], runAs).then(
+    () => undefined,
+    (err: Error) => /failed: (.*)$/s.exec(err.message)?.[1].trim() || dataDir,
+  );
+  if (blocked === undefined) return;
+  throw new FatalError(
+    `the embedded PostgreSQL runs as the user postgres (it refuses to run as root), which cannot ${blocked === dataDir ? 'write' : 'enter'} ${blocked}`,
+    `let it in (e.g. chmod 755 ${blocked}; mktemp -d makes 0700 folders) or ${DATA_DIR_TODO}`,
+  );
+}
+
 /**
  * Starts (or joins) the embedded server in `dataDirSetting`. A server found already running is
  * joined: the relay (`owner`) then stops it at exit, as it is the leftover of a crashed relay; an
@@ -118,8 +157,7 @@ export async function startEmbeddedPostgres(dataDirSetting: string, portSetting:
   const dataDir = path.resolve(dataDirSetting);
   const pgdata = path.join(dataDir, 'pg');
   const runAs = await postgresUser();
-  await mkdir(dataDir, { recursive: true });
-  if (runAs) await chown(dataDir, runAs.uid, runAs.gid);
+  await prepareDataDir(dataDir, runAs);
   if (!existsSync(path.join(pgdata, 'PG_VERSION'))) await initialise(bin, pgdata, dataDir, runAs, log);
   const password = (await readFile(path.join(dataDir, 'password'), 'utf8')).trim();
 
@@ -141,6 +179,7 @@ export async function startEmbeddedPostgres(dataDirSetting: string, portSetting:
   return {
     adminUrl,
     port,
+    startedHere: !joined,
     async stop() {
       if (joined && !owner) return;
       await run(bin.pg_ctl, ['stop', '-D', pgdata, '-m', 'fast', '-w', '-t', '60'], runAs);

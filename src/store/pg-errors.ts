@@ -14,6 +14,10 @@ export const SQLSTATE = {
   undefinedTable: '42P01',
   /** A `\u0000` (or another escape the database encoding cannot hold) in JSON text. */
   unsupportedUnicodeEscape: '22P05',
+  /** Connecting: wrong password, a user the server does not know or pg_hba refusing, no such database. */
+  invalidPassword: '28P01',
+  invalidAuthorization: '28000',
+  invalidCatalogName: '3D000',
 } as const;
 
 /** The SQLSTATE of a database error, or '' for anything else. */
