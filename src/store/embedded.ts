@@ -118,7 +118,7 @@ const DATA_DIR_TODO = 'set DATA_DIR to a folder this user can write, or DATABASE
  * which must be able to reach the folder: a parent it cannot enter (`mktemp -d` makes 0700 folders)
  * would otherwise fail deep inside initdb with "permission denied".
  */
-async function prepareDataDir(dataDir: string, runAs: RunAs): Promise<void> {
+async function prepareDataDir(dataDir: string, binariesPath: string, runAs: RunAs): Promise<void> {
   try {
     await mkdir(dataDir, { recursive: true });
     if (runAs) await chown(dataDir, runAs.uid, runAs.gid);
@@ -128,21 +128,19 @@ async function prepareDataDir(dataDir: string, runAs: RunAs): Promise<void> {
     throw new FatalError(`DATA_DIR ${dataDir} cannot be written (${code})`, DATA_DIR_TODO);
   }
   if (!runAs) return;
-  // Each folder on the way must be enterable by `postgres`, and DATA_DIR writable.
-  const folders: string[] = [];
-  for (let dir = dataDir; ; dir = path.dirname(dir)) {
-    folders.unshift(dir);
-    if (path.dirname(dir) === dir) break;
-  }
-  // One shell, as `postgres`: prints the first folder it cannot enter (or DATA_DIR if it cannot write it).
+  // As `postgres`, in one shell: every folder on the way to DATA_DIR and to the binaries must be
+  // enterable, and DATA_DIR writable. It prints the first that is not.
+  const ancestors = (dir: string): string[] => (path.dirname(dir) === dir ? [dir] : [...ancestors(path.dirname(dir)), dir]);
+  const enter = [...new Set([...ancestors(dataDir), ...ancestors(path.dirname(binariesPath))])];
   const script = 'for d in "$@"; do test -x "$d" || { echo "$d"; exit 1; }; done; test -w "$0" || { echo "$0"; exit 1; }';
-  const blocked = await run('/bin/sh', ['-c', script, dataDir, ...folders], runAs).then(
+  const blocked = await run('/bin/sh', ['-c', script, dataDir, ...enter], runAs).then(
     () => undefined,
     (err: Error) => /failed: (.*)$/s.exec(err.message)?.[1].trim() || dataDir,
   );
   if (blocked === undefined) return;
+  const what = blocked === dataDir ? `write ${blocked}` : `enter ${blocked}${dataDir.startsWith(blocked + path.sep) ? '' : ' (on the way to its binaries)'}`;
   throw new FatalError(
-    `the embedded PostgreSQL runs as the user postgres (it refuses to run as root), which cannot ${blocked === dataDir ? 'write' : 'enter'} ${blocked}`,
+    `the embedded PostgreSQL runs as the user postgres (it refuses to run as root), which cannot ${what}`,
     `let it in (e.g. chmod 755 ${blocked}; mktemp -d makes 0700 folders) or ${DATA_DIR_TODO}`,
   );
 }
@@ -157,7 +155,7 @@ export async function startEmbeddedPostgres(dataDirSetting: string, portSetting:
   const dataDir = path.resolve(dataDirSetting);
   const pgdata = path.join(dataDir, 'pg');
   const runAs = await postgresUser();
-  await prepareDataDir(dataDir, runAs);
+  await prepareDataDir(dataDir, bin.pg_ctl, runAs);
   if (!existsSync(path.join(pgdata, 'PG_VERSION'))) await initialise(bin, pgdata, dataDir, runAs, log);
   const password = (await readFile(path.join(dataDir, 'password'), 'utf8')).trim();
 
