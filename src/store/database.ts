@@ -50,8 +50,11 @@ export function createPool(url: string, config: Pick<Config, 'DB_POOL_SIZE' | 'Q
     // only add start-up cost and steal the cores other connections need.
     options: '-c jit=off -c max_parallel_workers_per_gather=0',
   });
-  // An idle client losing its server (restart, network) must not crash the process.
+  // A client losing its server (restart, network) must not crash the process: idle ones report on
+  // the pool; one checked out (pg-pool drops its own listener then) reports on the client, and the
+  // query it runs fails as well, which its caller handles.
   pool.on('error', (err) => log.warn({ err: err.message }, 'idle database connection lost'));
+  pool.on('connect', (client) => client.on('error', (err) => log.warn({ err: err.message }, 'database connection lost')));
   return pool;
 }
 

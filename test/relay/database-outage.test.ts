@@ -63,3 +63,17 @@ describe('database outage', () => {
     client.close();
   });
 });
+
+describe('a connection lost while checked out', () => {
+  it('is reported and does not crash the process (an uncaught error would fail this run)', async () => {
+    const client = await db.pool.connect(); // as a REQ's cursor or a write transaction holds one
+    const pid = (await client.query<{ pid: number }>('SELECT pg_backend_pid() AS pid')).rows[0].pid;
+    const other = await db.pool.connect();
+    await other.query('SELECT pg_terminate_backend($1)', [pid]);
+    other.release();
+    await new Promise((r) => setTimeout(r, 300)); // the server's FATAL reaches the client as an 'error' event
+    await expect(client.query('SELECT 1')).rejects.toThrow();
+    client.release(true);
+    expect((await db.pool.query('SELECT 1 AS one')).rows[0].one).toBe(1);
+  });
+});
