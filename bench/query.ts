@@ -14,7 +14,7 @@ import { countToSql, readPrelude, reqToSql } from '../src/store/query.js';
 import { needsPreparing, prepareSearch } from '../src/store/search.js';
 import { baselineSql, createBaseline, dropBaseline } from './lib/jsonb-baseline.js';
 import { loadManifest } from './lib/manifest.js';
-import { startRelayProcess } from './lib/relay-process.js';
+import { startRelayProcess, waitForHotTier } from './lib/relay-process.js';
 import { queryShapes, type Filter } from './lib/shapes.js';
 import { ms, summarize, type Summary } from './lib/stats.js';
 
@@ -34,6 +34,9 @@ options:
   --keep-baseline          keep the baseline table for another run
   --shapes a,b             only these shapes; a name ending in * is a prefix (--shapes 'search-*')
   --only-search            only the search-* shapes (same as --shapes 'search-*')
+  --tier-mb N|auto|0       a second relay with the hot tier (HOT_TIER_MB) for a "tier on" column, filled
+                           before timing; 0: no such column (default auto; the first relay runs with
+                           HOT_TIER_MB=0, so "ours" is PostgreSQL's answer)
   --out DIR                output folder (default bench-out/query)`;
 
 interface Row {
@@ -41,6 +44,9 @@ interface Row {
   description: string;
   rows: number;
   ours: Summary;
+  /** The same REQs to a relay with the hot tier, and how many of them memory answered. */
+  tier?: Summary;
+  tierFromMemory?: number;
   baseline?: Summary;
   baselineRows?: number;
   /** Search shapes: the events the representative filter matches before its limit. */
@@ -109,6 +115,7 @@ async function main(): Promise<void> {
       'keep-baseline': { type: 'boolean', default: false },
       shapes: { type: 'string' },
       'only-search': { type: 'boolean', default: false },
+      'tier-mb': { type: 'string', default: 'auto' },
       out: { type: 'string', default: 'bench-out/query' },
       help: { type: 'boolean', default: false },
     },
@@ -121,7 +128,9 @@ async function main(): Promise<void> {
 
   const config = loadConfig();
   const log = createLogger('warn', 2);
-  const relay = await startRelayProcess();
+  const relay = await startRelayProcess({ HOT_TIER_MB: '0' });
+  const tierMb = values['tier-mb']!;
+  const tierRelay = tierMb === '0' ? undefined : await startRelayProcess({ HOT_TIER_MB: tierMb });
   const db = await openDatabase(config, log, { migrate: false, ownEmbeddedServer: false });
   // Our SQL is EXPLAINed with the relay's own connection settings; the baseline is built and run with
   // PostgreSQL's defaults (parallel workers, JIT), as a JSONB relay would, and without a timeout.
@@ -137,6 +146,12 @@ async function main(): Promise<void> {
     const wanted = values['only-search'] ? ['search-*'] : values.shapes?.split(',');
     const shapes = selectShapes(queryShapes(manifest), wanted);
     const ws = await connect(relay.url);
+    let tierWs: WebSocket | undefined;
+    if (tierRelay) {
+      const filled = await waitForHotTier(tierRelay);
+      if (filled) say(`hot tier filled: ${filled.events} events, ~${filled.megabytes} MB, window from ${filled.windowStart}, in ${filled.seconds} s`);
+      tierWs = await connect(tierRelay.url);
+    }
     const results: Row[] = [];
     // The @> baseline only serves shapes without search.
     const baseline = !values['no-baseline'] && shapes.some((s) => !isSearchShape(s.name));
@@ -156,6 +171,15 @@ async function main(): Promise<void> {
         if (r.closed !== undefined) (closed++, (closedReason ??= r.closed));
       }
       const row: Row = { shape: shape.name, description: shape.description, rows, ours: summarize(samples) };
+      if (tierWs && tierRelay) {
+        const fromMemory = async () => memoryAnswers(tierRelay.url);
+        for (let i = 0; i < 3; i++) await timedReq(tierWs, 'warm', shape.filters());
+        const before = await fromMemory();
+        const tierSamples: number[] = [];
+        for (let i = 0; i < iterations; i++) tierSamples.push((await timedReq(tierWs, `t${i}`, shape.filters())).ms);
+        row.tier = summarize(tierSamples);
+        row.tierFromMemory = (await fromMemory()) - before;
+      }
       if (closed) Object.assign(row, { closed, closedReason });
 
       // EXPLAIN of our SQL and of the baseline, for one representative request.
@@ -193,15 +217,18 @@ async function main(): Promise<void> {
       results.push(row);
       const b = row.baseline;
       say(`${shape.name.padEnd(16)} rows ${String(rows).padStart(4)}${row.matches !== undefined ? ` of ${row.matches}` : ''}  ours p50 ${ms(row.ours.p50)} p95 ${ms(row.ours.p95)} p99 ${ms(row.ours.p99)} ms` +
+        (row.tier ? `  |  tier p50 ${ms(row.tier.p50)} p95 ${ms(row.tier.p95)} ms (${row.tierFromMemory}/${iterations} from memory)` : '') +
         (b ? `  |  @> p50 ${ms(b.p50)} p95 ${ms(b.p95)} ms  (${speedup(b.p50, row.ours.p50)})` : '') +
         (closed ? `  |  ${closed}/${iterations} CLOSED: ${closedReason}` : ''));
     }
     ws.close();
+    tierWs?.close();
     if (baseline && !values['keep-baseline']) await dropBaseline(basePool);
     const loadAfter = os.loadavg();
     const load = (l: number[]) => l.map((x) => x.toFixed(2)).join(', ');
     // A "matches" column when search shapes ran; a footnote for REQs that ended in CLOSED.
     const withMatches = results.some((r) => r.matches !== undefined);
+    const withTier = results.some((r) => r.tier !== undefined);
     const matchesCell = (r: Row) => (withMatches ? ` ${r.matches ?? '–'} |` : '');
     const closedNotes = results.filter((r) => r.closed).map((r) => `${r.shape}: ${r.closed} of ${iterations} REQs ended in CLOSED (${r.closedReason}); their time to CLOSED is in the percentiles.`);
 
@@ -211,10 +238,10 @@ async function main(): Promise<void> {
       '',
       `load average (1, 5, 15 min): ${load(loadBefore)} before, ${load(loadAfter)} after`,
       '',
-      `| shape | rows |${withMatches ? ' matches |' : ''} ours p50 | ours p95 | ours p99 | @> p50 | @> p95 | @> p99 | speed-up (p50) |`,
-      `|---|---:|${withMatches ? '---:|' : ''}---:|---:|---:|---:|---:|---:|---:|`,
+      `| shape | rows |${withMatches ? ' matches |' : ''} ours p50 | ours p95 | ours p99 |${withTier ? ' tier on p50 | tier on p95 | from memory |' : ''} @> p50 | @> p95 | @> p99 | speed-up (p50) |`,
+      `|---|---:|${withMatches ? '---:|' : ''}---:|---:|---:|${withTier ? '---:|---:|---:|' : ''}---:|---:|---:|---:|`,
       ...results.map((r) =>
-        `| ${r.shape} | ${r.rows} |${matchesCell(r)} ${ms(r.ours.p50)} | ${ms(r.ours.p95)} | ${ms(r.ours.p99)} | ${ms(r.baseline?.p50 ?? NaN)} | ${ms(r.baseline?.p95 ?? NaN)} | ${ms(r.baseline?.p99 ?? NaN)} | ${r.baseline ? speedup(r.baseline.p50, r.ours.p50) : '–'} |`),
+        `| ${r.shape} | ${r.rows} |${matchesCell(r)} ${ms(r.ours.p50)} | ${ms(r.ours.p95)} | ${ms(r.ours.p99)} |${withTier ? ` ${ms(r.tier?.p50 ?? NaN)} | ${ms(r.tier?.p95 ?? NaN)} | ${r.tierFromMemory ?? '–'}/${iterations} |` : ''} ${ms(r.baseline?.p50 ?? NaN)} | ${ms(r.baseline?.p95 ?? NaN)} | ${ms(r.baseline?.p99 ?? NaN)} | ${r.baseline ? speedup(r.baseline.p50, r.ours.p50) : '–'} |`),
       '',
       'Times in milliseconds.' + (withMatches ? ' matches: events the search filter matches before its limit (search shapes only).' : ''),
       ...closedNotes.map((n) => `\n${n}`),
@@ -227,8 +254,15 @@ async function main(): Promise<void> {
     await pool.end();
     await basePool.end();
     await db.close();
+    await tierRelay?.stop();
     await relay.stop();
   }
+}
+
+/** REQs the relay's hot tier answered from memory so far (its /metrics). */
+async function memoryAnswers(relayUrl: string): Promise<number> {
+  const text = await (await fetch(`${relayUrl.replace(/^ws/, 'http')}/metrics`)).text();
+  return Number(/^pgrelay_hot_tier_reqs_total\{answered="memory"\} (\d+)$/m.exec(text)?.[1] ?? 0);
 }
 
 main().catch((err) => {

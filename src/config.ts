@@ -144,6 +144,9 @@ const schema = z.object({
   READ_DATABASE_URL: urlList,
   READ_REPLICA_MAX_LAG_MS: int(0).default(5000),
   READ_REPLICA_WAIT_MS: int(0, 10_000).default(50),
+
+  // The hot tier (store/hot): the newest events in memory, answering REQs inside its window.
+  HOT_TIER_MB: z.union([z.literal('auto'), int(0, 1_000_000)]).default('auto'),
 });
 
 export type Config = z.infer<typeof schema>;

@@ -12,6 +12,7 @@ import { createLogger } from '../../src/log.js';
 import { openDatabase, type Database } from '../../src/store/database.js';
 import { loadManifest } from '../lib/manifest.js';
 import { prewarm } from '../lib/prewarm.js';
+import { waitForHotTier } from '../lib/relay-process.js';
 import { relayPids, startRelays, type RelayGroup } from '../lib/relays.js';
 import { DEFAULT_QUERY_SHAPES, ensurePublishEvents, fanoutMessages, publishSigners, queryMix, signer } from './data.js';
 import { findK6, k6Version, runK6 } from './k6.js';
@@ -316,6 +317,21 @@ async function warmCache(ctx: Context, db: Database): Promise<void> {
   );
 }
 
+/** How many REQs the first relay's hot tier answered from memory, from its /metrics. */
+async function noteHotTier(ctx: Context): Promise<void> {
+  try {
+    const text = await (await fetch(`${ctx.url.replace(/^ws/, 'http')}/metrics`)).text();
+    const count = (answered: string) => Number(new RegExp(`^pgrelay_hot_tier_reqs_total\\{answered="${answered}"\\} (\\d+)$`, 'm').exec(text)?.[1] ?? 0);
+    const [memory, database, mixed] = ['memory', 'database', 'mixed'].map(count);
+    const total = memory + database + mixed;
+    ctx.notes.push(total
+      ? `Hot tier: ${memory.toLocaleString('en-US')} of ${total.toLocaleString('en-US')} REQs (${((100 * memory) / total).toFixed(1)} %) answered from memory, ${mixed} mixed, ${database} by PostgreSQL.`
+      : 'Hot tier: off (HOT_TIER_MB=0) or no REQ counted.');
+  } catch {
+    /* a relay without /metrics (--url elsewhere): nothing to say */
+  }
+}
+
 async function runQuery(ctx: Context): Promise<void> {
   const { a, db } = ctx;
   if (!db) throw new Error('query needs the database for its corpus manifest');
@@ -428,6 +444,11 @@ async function main(): Promise<void> {
         dataDir: a.dataDir, databaseUrl: a.databaseUrl, env: { HOST: '127.0.0.1', RETENTION_OLDER_THAN: '', WORKERS: a.workers },
       });
     }
+    // A relay with the hot tier (HOT_TIER_MB) is measured once it has filled, not while it warms up.
+    for (const r of relays?.relays ?? []) {
+      const filled = await waitForHotTier(r);
+      if (filled) say(`hot tier filled: ${filled.events} events, ~${filled.megabytes} MB, in ${filled.seconds} s`);
+    }
     const targets = relays?.relays.map((r) => ({ url: r.url, pid: r.pid })) ?? [{ url: a.url!, pid: a.relayPid }];
     const url = targets[0].url;
     const host = new URL(url).hostname;
@@ -443,6 +464,7 @@ async function main(): Promise<void> {
     else if (a.scenario === 'publish') await runPublish(ctx);
     else if (a.scenario === 'fanout') await runFanout(ctx);
     else await runConnections(ctx);
+    await noteHotTier(ctx);
     await writeReport(ctx, startedAt, loadBefore);
   } finally {
     await db?.close();

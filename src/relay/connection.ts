@@ -14,7 +14,8 @@ import { checkRead } from '../policy/policy.js';
 import type { Session } from '../policy/session.js';
 import { hasSqlState, isPoolExhausted, SQLSTATE } from '../store/pg-errors.js';
 import type { ChangeFeed } from '../store/feed.js';
-import { countWithHll, streamEvents } from '../store/read.js';
+import { streamStored, type Answered } from '../store/hot/read.js';
+import { countWithHll } from '../store/read.js';
 import { needsPreparing, prepareSearch } from '../store/search.js';
 import { nowSeconds, type RelayContext } from './context.js';
 import { ingestEvent } from './ingest.js';
@@ -170,6 +171,7 @@ export class Connection {
   /** Drops every subscription; called when the socket closes. */
   dispose(): void {
     this.closed = true;
+    this.preparing.clear(); // language searches still being stemmed never open (see prepared)
     for (const sub of this.subscriptions.values()) this.endSubscription(sub);
     this.negentropy.dispose();
   }
@@ -209,6 +211,7 @@ export class Connection {
       case 'CLOSE': {
         const sub = this.subscriptions.get(m.subId);
         if (sub) this.endSubscription(sub);
+        this.preparing.delete(m.subId); // a language search still being stemmed never opens
         return;
       }
     }
@@ -221,31 +224,37 @@ export class Connection {
 
   /** A message over the budget: refused with rate-limited:, and a client that keeps on is cut off. */
   private overBudget(m: ClientMessage | undefined): void {
-    const why = reason.rateLimited('slow down: too many messages from this address or key');
     const query = m?.type === 'REQ' || m?.type === 'COUNT' || m?.type === 'NEG-OPEN';
     this.ctx.metrics.limited(query ? 'query' : 'event');
-    if (m?.type === 'NEG-OPEN') {
+    this.refuse(m, reason.rateLimited('slow down: too many messages from this address or key'));
+    if (this.budget.refused()) this.close(1008, reason.rateLimited('too many messages over the rate limit'));
+  }
+
+  /** A message too large to handle: refused as invalid, answered like any other refusal. */
+  private refuseOversized(data: Buffer): void {
+    const parsed = parseClientMessage(data.toString('utf8'));
+    this.refuse(parsed.ok ? parsed.message : undefined, reason.invalid(`message is larger than ${this.ctx.limits.maxMessageBytes} bytes`));
+  }
+
+  /**
+   * Refuses a message the relay will not handle, answering the id it carries: OK false for an EVENT
+   * or AUTH (NIP-42: every AUTH gets an OK), CLOSED for a REQ or COUNT (ending the subscription a REQ
+   * would have replaced, so nothing follows the CLOSED), NEG-ERR for a NEG-OPEN or NEG-MSG (ending
+   * that session, as NIP-77 says NEG-ERR does); anything else gets a NOTICE.
+   */
+  private refuse(m: ClientMessage | undefined, why: string): void {
+    if (m?.type === 'NEG-OPEN' || m?.type === 'NEG-MSG') {
       this.negentropy.close(m.subId);
       this.send(negErrorMessage(m.subId, why));
     } else if (m?.type === 'REQ' || m?.type === 'COUNT') {
       const previous = this.subscriptions.get(m.subId);
-      if (previous) this.endSubscription(previous); // the REQ replaced it (NIP-01); CLOSED ends that id
+      if (previous) this.endSubscription(previous);
+      this.preparing.delete(m.subId);
       this.send(closedMessage(m.subId, why));
     } else {
       const id = m?.type === 'EVENT' || m?.type === 'AUTH' ? claimedId(m.event) : undefined;
       this.send(id !== undefined ? okMessage(id, false, why) : noticeMessage(why));
     }
-    if (this.budget.refused()) this.close(1008, reason.rateLimited('too many messages over the rate limit'));
-  }
-
-  private refuseOversized(data: Buffer): void {
-    const why = reason.invalid(`message is larger than ${this.ctx.limits.maxMessageBytes} bytes`);
-    const parsed = parseClientMessage(data.toString('utf8'));
-    const id = parsed.ok && parsed.message.type === 'EVENT' ? claimedId(parsed.message.event) : undefined;
-    if (parsed.ok && (parsed.message.type === 'REQ' || parsed.message.type === 'COUNT'))
-      return this.send(closedMessage(parsed.message.subId, why));
-    if (id !== undefined) return this.send(okMessage(id, false, why));
-    this.send(noticeMessage(why));
   }
 
   private async onEvent(input: unknown): Promise<void> {
@@ -263,7 +272,7 @@ export class Connection {
     } finally {
       this.pendingEvents--;
     }
-    if (!result.id) this.send(noticeMessage(result.reason));
+    if (result.id === undefined) this.send(noticeMessage(result.reason));
     else this.send(okMessage(result.id, result.accepted, result.reason));
     // The OK leaves now rather than at the end of the tick: a publisher waiting for it sends its next
     // event sooner, so the writer's next batch is fuller (bench:ingest: ~80 events a batch against
@@ -358,7 +367,10 @@ export class Connection {
     this.preparing.delete(subId);
     return true;
   }
-  /** Searches being prepared, by sub id; a newer REQ or COUNT for the id removes the entry (it replaces them). */
+  /**
+   * Searches being prepared, by sub id. A newer REQ or COUNT for the id removes the entry (it
+   * replaces them), and so do a CLOSE for it and the connection closing: the search then never opens.
+   */
   private readonly preparing = new Map<string, number>();
   private turns = 0;
 
@@ -379,10 +391,15 @@ export class Connection {
     this.ctx.subscriptions.add(sub, filters); // before the query, so nothing committed meanwhile is missed
     const started = performance.now();
     let rowsSent = 0;
+    let answered: Answered;
     try {
-      const { pool, target } = await this.ctx.reads.route(); // after add(): see store/replicas.ts
-      this.ctx.metrics.read(target);
-      await streamEvents(pool, filters, nowSeconds(), async (rows) => {
+      // The hot tier answers what lies inside its window; the database the rest (store/hot/read.ts).
+      const database = async () => {
+        const { pool, target } = await this.ctx.reads.route(); // after add(): see store/replicas.ts
+        this.ctx.metrics.read(target);
+        return pool;
+      };
+      answered = await streamStored(this.ctx.tier, database, filters, nowSeconds(), async (rows) => {
         for (const row of rows) {
           // Drain before each event, not each batch: a batch of large events (256 × up to
           // maxMessageBytes) can exceed maxBufferedBytes and cut off a client that is reading.
@@ -403,7 +420,14 @@ export class Connection {
     }
     if (sub.closed) return;
     sub.goLive(this.ctx.feed);
+    if (this.ctx.tier) this.ctx.metrics.tierReq(answered);
     this.ctx.metrics.reqAnswered(performance.now() - started, rowsSent);
+  }
+
+  private async countInDatabase(filters: Filter[], now: number, hllOffset: number | undefined): Promise<{ count: number; hll?: string }> {
+    const { pool, target } = await this.ctx.reads.route();
+    this.ctx.metrics.read(target);
+    return countWithHll(pool, filters, now, hllOffset);
   }
 
   /** NIP-45: one count for the union of the filters; no subscription is kept. */
@@ -413,9 +437,11 @@ export class Connection {
     if (!filters || (needsPreparing(filters) && !(await this.prepared(subId, filters)))) return;
     const started = performance.now();
     try {
-      const { pool, target } = await this.ctx.reads.route();
-      this.ctx.metrics.read(target);
-      const { count, hll } = await countWithHll(pool, filters, nowSeconds(), hllOffsetOf(filters));
+      const now = nowSeconds();
+      const hllOffset = hllOffsetOf(filters);
+      // Plain counts inside the hot tier's window from memory; NIP-45 HLL sketches from SQL.
+      const memory = hllOffset === undefined ? await this.ctx.tier?.count(filters, now) : undefined;
+      const { count, hll } = memory !== undefined ? { count: memory, hll: undefined } : await this.countInDatabase(filters, now, hllOffset);
       this.send(countMessage(subId, count, hll));
       this.ctx.metrics.countAnswered(performance.now() - started);
     } catch (err) {

@@ -6,6 +6,7 @@ import type { Limits } from '../policy/limits.js';
 import type { Policy } from '../policy/policy.js';
 import type { ChangeStream } from '../store/changes.js';
 import type { ChangeFeed } from '../store/feed.js';
+import type { HotTierService } from '../store/hot/service.js';
 import type { WebhookOutbox } from '../store/outbox.js';
 import type { ReadRouter } from '../store/replicas.js';
 import type { EventWriter } from '../store/writer.js';
@@ -34,6 +35,8 @@ export interface RelayContext {
   feed: ChangeFeed;
   /** Where a REQ's or COUNT's stored part runs: a read replica or the primary (store/replicas.ts). */
   reads: ReadRouter;
+  /** The newest events in memory (HOT_TIER_MB; store/hot): answers REQs inside its window. */
+  tier: HotTierService | undefined;
   metrics: RelayMetrics;
   /** Webhooks' outbox (store/outbox.ts): the writer's, also used for ephemeral events. */
   outbox: WebhookOutbox;

@@ -15,6 +15,7 @@ function broadcast(subscriptions: SubscriptionIndex, p: PreparedEvent): number {
 /** Delivers a change to the live subscriptions; returns the number of EVENT messages sent. */
 export function fanOut(subscriptions: SubscriptionIndex, change: Change): number {
   if (change.type === 'ephemeral') return broadcast(subscriptions, change.event);
+  if (change.type === 'removed') return 0; // NIP-01 has no way to take back a sent event
   let delivered = 0;
   for (const p of change.events) delivered += broadcast(subscriptions, p);
   return delivered;

@@ -13,14 +13,15 @@ import { WriterBusyError } from '../store/writer.js';
 import { nowSeconds, type RelayContext } from './context.js';
 
 export interface IngestResult {
-  id: string;
+  /** The id the OK answers: the event's, or whatever string the client claimed; undefined (none) gets a NOTICE. */
+  id: string | undefined;
   accepted: boolean;
   reason: string;
 }
 
 export async function ingestEvent(ctx: RelayContext, session: Session, input: unknown): Promise<IngestResult> {
   const parsed = parseEvent(input);
-  if (!parsed.ok) return { id: claimedId(input) ?? '', accepted: false, reason: parsed.reason };
+  if (!parsed.ok) return { id: claimedId(input), accepted: false, reason: parsed.reason };
   const event = parsed.value;
   const refuse = (why: string): IngestResult => ({ id: event.id, accepted: false, reason: why });
   // Rules first: they are cheap, and spare the signature check for events we refuse anyway.

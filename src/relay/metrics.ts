@@ -57,6 +57,8 @@ export interface GaugeSources {
   /** Webhooks: the queue as last sampled (relay/webhooks.ts). */
   webhookQueue(): { queued: number; dead: number; oldestSeconds: number };
   pool(): { total: number; idle: number; waiting: number };
+  /** The hot tier (store/hot), when on. */
+  hotTier(): { events: number; bytes: number; windowStart: number } | undefined;
 }
 
 export class RelayMetrics {
@@ -88,6 +90,7 @@ export class RelayMetrics {
   private readonly reads: Counter<'database'>;
   private readonly feedEvents: Counter<'type'>;
   private readonly webhookDeliveries: Counter<'outcome'>;
+  private readonly tierReqs: Counter<'answered'>;
 
   constructor(sources: GaugeSources) {
     const registers = [this.registry];
@@ -121,6 +124,14 @@ export class RelayMetrics {
     gauge('pgrelay_webhook_queue_deliveries', 'Webhook deliveries queued (sampled every few seconds)', () => sources.webhookQueue().queued);
     gauge('pgrelay_webhook_dead_deliveries', 'Webhook deliveries given up (older than WEBHOOK_MAX_AGE_SECONDS)', () => sources.webhookQueue().dead);
     gauge('pgrelay_webhook_queue_oldest_seconds', 'Age of the oldest queued webhook delivery', () => sources.webhookQueue().oldestSeconds);
+    gauge('pgrelay_hot_tier_events', 'Events held in the hot tier', () => sources.hotTier()?.events ?? 0);
+    gauge('pgrelay_hot_tier_bytes', 'Estimated bytes held by the hot tier (events and their indexes)', () => sources.hotTier()?.bytes ?? 0);
+    gauge('pgrelay_hot_tier_window_seconds', 'Age of the oldest created_at the hot tier holds completely (-1: it holds everything; 0: not filled)', () => {
+      const start = sources.hotTier()?.windowStart;
+      if (start === undefined || start === Infinity) return 0;
+      return start === -Infinity ? -1 : Math.max(0, Date.now() / 1000 - start);
+    });
+    this.tierReqs = new Counter({ name: 'pgrelay_hot_tier_reqs_total', help: 'REQs by where their stored events came from: memory (the hot tier), database, or mixed', labelNames: ['answered'], registers });
     this.webhookDeliveries = new Counter({ name: 'pgrelay_webhook_deliveries_total', help: 'Webhook deliveries attempted by this process, by outcome (delivered, failed: to be retried, dead)', labelNames: ['outcome'], registers });
     gauge('pgrelay_db_pool_connections', 'Connections in the database pool', () => sources.pool().total);
     gauge('pgrelay_db_pool_idle', 'Idle connections in the database pool', () => sources.pool().idle);
@@ -187,6 +198,11 @@ export class RelayMetrics {
   /** A change another writer committed, as the live feed announced it. */
   remote(type: 'stored' | 'ephemeral', n: number): void {
     this.feedEvents.inc({ type }, n);
+  }
+
+  /** Where a REQ's stored events came from (the hot tier's planner). */
+  tierReq(answered: 'memory' | 'database' | 'mixed'): void {
+    this.tierReqs.inc({ answered });
   }
 
   webhook(outcome: 'delivered' | 'failed' | 'dead', n: number): void {

@@ -19,6 +19,8 @@ import type { ModerationLists } from '../policy/moderation.js';
 import { ChangeStream } from '../store/changes.js';
 import { createPool } from '../store/database.js';
 import { ChangeFeed } from '../store/feed.js';
+import { hotTierBytes } from '../store/hot/budget.js';
+import { HotTierService } from '../store/hot/service.js';
 import { WebhookOutbox } from '../store/outbox.js';
 import { ReadRouter } from '../store/replicas.js';
 import { deleteExpiredEvents } from '../store/expiry.js';
@@ -124,9 +126,13 @@ export async function startRelay(config: Config, db: PrimaryDatabase, log: Logge
     negentropyRecords: () => negentropy.records,
     webhookQueue: () => webhookQueue,
     pool: () => ({ total: pool.totalCount, idle: pool.idleCount, waiting: pool.waitingCount }),
+    hotTier: () => tier?.current,
   });
   // What other processes, hosts and imports commit reaches this change stream too (store/feed.ts).
-  const feed = await new ChangeFeed(db.url, pool, changes, log).start();
+  const tierBytes = hotTierBytes(config.HOT_TIER_MB);
+  const feed = await new ChangeFeed(db.url, pool, changes, log, { removals: tierBytes > 0 }).start();
+  // The newest events in memory, kept current from the change stream (store/hot/service.ts).
+  const tier = tierBytes > 0 ? new HotTierService(pool, changes, feed, log, tierBytes).start() : undefined;
   const reads = await new ReadRouter(
     pool,
     config.READ_DATABASE_URL.map((url) => ({ url, pool: createPool(url, config, log) })),
@@ -157,6 +163,7 @@ export async function startRelay(config: Config, db: PrimaryDatabase, log: Logge
     changes,
     feed,
     reads,
+    tier,
     metrics,
     negentropy,
     outbox,
@@ -165,6 +172,7 @@ export async function startRelay(config: Config, db: PrimaryDatabase, log: Logge
   // Everything downstream of a commit listens to the change stream.
   changes.subscribe((change) => metrics.sent('live', fanOut(subscriptions, change)));
   changes.subscribe((change) => {
+    if (change.type === 'removed') return;
     if (change.source === 'remote') metrics.remote(change.type, change.type === 'stored' ? change.events.length : 1);
     else if (change.type === 'stored') metrics.stored(change.events);
     else metrics.ephemeral();
@@ -317,6 +325,7 @@ export async function startRelay(config: Config, db: PrimaryDatabase, log: Logge
     for (const ws of connections.keys()) ws.terminate();
     await ctx.verifier.close();
     await webhooks?.stop();
+    tier?.stop();
     await feed.stop();
     await reads.stop();
     const { batches, events, failedBatches } = ctx.writer.stats;

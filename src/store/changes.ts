@@ -14,7 +14,10 @@ export type Change =
    * refused, replaced or deleted itself. */
   | { type: 'stored'; events: PreparedEvent[]; source: ChangeSource }
   /** An ephemeral event (NIP-01 kinds 20000-29999): accepted, never stored, passed on once. */
-  | { type: 'ephemeral'; event: PreparedEvent; source: ChangeSource };
+  | { type: 'ephemeral'; event: PreparedEvent; source: ChangeSource }
+  /** Events deleted from the database by any writer (a kind 5, a replaced version, a vanish, prune …),
+   * read from event_removals by the feed (feed.ts) when a listener asked for them (the hot tier). */
+  | { type: 'removed'; ids: string[]; source: ChangeSource };
 
 export type ChangeListener = (change: Change) => void;
 
@@ -52,6 +55,7 @@ export class ChangeStream {
    */
   publish(change: Change): void {
     if (change.type === 'stored' && change.events.length === 0) return;
+    if (change.type === 'removed' && change.ids.length === 0) return;
     setImmediate(() => {
       for (const listener of this.listeners) {
         try {

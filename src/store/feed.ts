@@ -38,7 +38,24 @@ export interface FeedOptions {
   pollMs?: number;
   /** Rows per read query; a larger backlog (an import) is read in pages. */
   pageRows?: number;
+  /** Also read what every writer deleted (event_removals) and announce it as `removed` (the hot tier needs it). */
+  removals?: boolean;
 }
+
+/** event_removals rows are kept this long for processes to read (a process behind by more refills its tier). */
+export const REMOVALS_KEEP_MINUTES = 10;
+const REMOVAL_PAGE_ROWS = 10_000;
+
+// Removals, from every writer including this process (its writer does not announce what it deletes):
+// the same horizon technique as new rows, with its own set of transactions already read.
+const REMOVALS_SQL = `
+  SELECT s.horizon, r.txid::text AS txid, r.seq::text AS seq, encode(r.id, 'hex') AS id
+    FROM (SELECT pg_snapshot_xmin(pg_current_snapshot())::text AS horizon) s
+    LEFT JOIN LATERAL (
+      SELECT txid, seq, id FROM event_removals
+       WHERE (txid, seq) > ($1::xid8, $2::bigint) AND NOT (txid = ANY($3::xid8[]))
+       ORDER BY txid, seq LIMIT $4) r ON true
+   ORDER BY r.txid, r.seq`;
 
 interface FeedRow {
   horizon: string;
@@ -80,6 +97,9 @@ export class ChangeFeed implements OwnTransactions {
   private ephemeralIn: Promise<void> = Promise.resolve();
   private readonly pollMs: number;
   private readonly pageRows: number;
+  private readonly removals: { horizon: bigint; done: Set<bigint>; partial?: { txid: bigint; seq: bigint } } | undefined;
+  /** When a read last finished (the hot tier refills after a long gap: removals may have been swept). */
+  lastReadAt = Date.now();
   /** Ephemeral events other processes sent here (tests). */
   readonly stats = { ephemeralReceived: 0 };
 
@@ -92,11 +112,13 @@ export class ChangeFeed implements OwnTransactions {
   ) {
     this.pollMs = options.pollMs ?? 1000;
     this.pageRows = options.pageRows ?? 1000;
+    this.removals = options.removals ? { horizon: 0n, done: new Set() } : undefined;
   }
 
   async start(): Promise<this> {
     const { rows } = await this.pool.query<FeedRow>(READ_SQL, ['0', -1, [], 0]);
     this.horizon = BigInt(rows[0].horizon);
+    if (this.removals) this.removals.horizon = this.horizon;
     this.changes.advance(lsnValue(rows[0].lsn));
     await this.connect();
     this.changes.subscribe((change) => {
@@ -164,6 +186,9 @@ export class ChangeFeed implements OwnTransactions {
       txids.forEach((t) => this.released.delete(t));
       this.changes.publish({ type: 'stored', events: rows.map((r) => this.parse(r.raw)).filter((p) => p !== undefined), source: 'remote' });
     }
+    // Removals are read first: a removal seen now had its row's insert committed before it, so the
+    // insert is in the read below if it was not delivered earlier, and the tier applies it first.
+    const removed = this.removals ? await this.readRemovals(this.removals) : undefined;
     // Always from the horizon: a transaction below the last row read may have committed since.
     let cursor = { txid: this.horizon, seq: -1n };
     let snapshot: { horizon: bigint; lsn: bigint } | undefined;
@@ -195,7 +220,53 @@ export class ChangeFeed implements OwnTransactions {
     // Every transaction below the snapshot's xmin had finished, and all of it that committed was read.
     if (snapshot.horizon > this.horizon) this.horizon = snapshot.horizon;
     for (const txid of this.done) if (txid < this.horizon) this.done.delete(txid);
+    if (removed) {
+      this.changes.publish({ type: 'removed', ids: removed.ids, source: 'remote' });
+      removed.commit();
+    }
     this.changes.advance(snapshot.lsn);
+    this.lastReadAt = Date.now();
+  }
+
+  /**
+   * The ids removed by transactions not read yet, from the removal horizon on, in pages. The state
+   * moves on only through `commit`, once they are announced: a read that fails later reads them again.
+   */
+  private async readRemovals(state: NonNullable<ChangeFeed['removals']>): Promise<{ ids: string[]; commit(): void }> {
+    const ids: string[] = [];
+    const done = new Set(state.done);
+    let partial = state.partial;
+    let cursor = { txid: state.horizon, seq: -1n };
+    let horizon: bigint | undefined;
+    for (;;) {
+      const { rows } = await this.pool.query<{ horizon: string; txid: string | null; seq: string | null; id: string | null }>(REMOVALS_SQL, [
+        String(cursor.txid), String(cursor.seq), [...done].map(String), REMOVAL_PAGE_ROWS,
+      ]);
+      horizon ??= BigInt(rows[0].horizon);
+      let count = 0;
+      for (const row of rows) {
+        if (row.txid === null) continue;
+        count++;
+        const txid = BigInt(row.txid);
+        const seq = BigInt(row.seq!);
+        cursor = { txid, seq };
+        if (partial && partial.txid === txid && seq <= partial.seq) continue;
+        if (partial && partial.txid !== txid) done.add(partial.txid);
+        partial = { txid, seq };
+        ids.push(row.id!);
+      }
+      if (count < REMOVAL_PAGE_ROWS) break;
+    }
+    if (partial) done.add(partial.txid);
+    const next = horizon > state.horizon ? horizon : state.horizon;
+    return {
+      ids,
+      commit() {
+        state.horizon = next;
+        state.partial = undefined;
+        state.done = new Set([...done].filter((txid) => txid >= next));
+      },
+    };
   }
 
   /** A stored row as the writer would have announced it, sent exactly as stored. */
@@ -323,6 +394,7 @@ export class ChangeFeed implements OwnTransactions {
   private async sweepEphemeral(): Promise<void> {
     try {
       await this.pool.query(`DELETE FROM relay_ephemeral WHERE created_at < now() - interval '${EPHEMERAL_KEEP}'`);
+      await this.pool.query(`DELETE FROM event_removals WHERE removed_at < now() - interval '${REMOVALS_KEEP_MINUTES} minutes'`);
     } catch (err) {
       this.log.debug({ err: (err as Error).message }, 'live feed: ephemeral sweep failed');
     }

@@ -94,6 +94,47 @@ describe('MAX_MESSAGE_BYTES (4096)', () => {
     await expectUsable(c);
   });
 
+  // Found by the fuzzer (bench/lib/fuzz.ts): an oversized message is answered for the id it carries,
+  // as the same message within the limit would be.
+  it('refuses an oversized AUTH with OK false "invalid:" for its event id (NIP-42: every AUTH gets an OK)', async () => {
+    const c = await connect();
+    const e = newSigner().sign({ kind: 22242, tags: [['relay', relay.url], ['challenge', 'x'.repeat(5000)]] });
+    expect(await c.sendAuth(e)).toEqual([false, INVALID]);
+    await expectUsable(c);
+  });
+
+  it('refuses an oversized NEG-OPEN with NEG-ERR "invalid:" for its id', async () => {
+    const c = await connect();
+    const from = c.mark;
+    c.send(['NEG-OPEN', 'big', { '#t': ['x'.repeat(5000)] }, '61']);
+    expect(await c.waitFor((m) => m[0] === 'NEG-ERR' || m[0] === 'NOTICE', 10_000, from)).toEqual(['NEG-ERR', 'big', INVALID]);
+    await expectUsable(c);
+  });
+
+  it('refuses an oversized NEG-MSG with NEG-ERR "invalid:", which ends that session', async () => {
+    const c = await connect();
+    let from = c.mark;
+    c.send(['NEG-OPEN', 'sync', { kinds: [1] }, '61']);
+    expect((await c.waitFor((m) => m[1] === 'sync', 10_000, from))[0]).toBe('NEG-MSG');
+    from = c.mark;
+    c.send(['NEG-MSG', 'sync', '61' + '00'.repeat(3000)]);
+    expect(await c.waitFor((m) => m[0] === 'NEG-ERR' || m[0] === 'NOTICE', 10_000, from)).toEqual(['NEG-ERR', 'sync', INVALID]);
+    from = c.mark;
+    c.send(['NEG-MSG', 'sync', '61']);
+    expect(await c.waitFor((m) => m[1] === 'sync', 10_000, from)).toEqual(['NEG-ERR', 'sync', expect.stringMatching(/^closed: /)]);
+  });
+
+  it('an oversized REQ with the id of an open subscription ends it: nothing follows its CLOSED', async () => {
+    const c = await connect();
+    const s = newSigner();
+    await c.query('mine', { authors: [s.pubkey] });
+    expect(await c.refused('mine', { '#t': ['x'.repeat(5000)] })).toMatch(/^invalid: /);
+    const from = c.mark;
+    await c.publish(s.sign({}));
+    await c.sync();
+    expect(c.eventsFor('mine', from)).toEqual([]);
+  });
+
   it('closes only the offending connection (1009) for a frame beyond twice the limit', async () => {
     const [c, bystander] = [await connect(), await connect()];
     c.send(['EVENT', newSigner().sign({ tags: [['alt', 'x'.repeat(9000)]] })]);

@@ -14,7 +14,9 @@ import { startTestRelay, type TestRelay } from '../support/relay.js';
 let relay: TestRelay;
 let publisher: TestClient;
 beforeAll(async () => {
-  relay = await startTestRelay();
+  // Without the hot tier: a test below holds the REQ's database connection (pool.connect), which the
+  // tier's feed reads would take instead (test/relay/hot-tier.test.ts covers the tier).
+  relay = await startTestRelay({ HOT_TIER_MB: '0' });
   publisher = await TestClient.connect(relay.url);
 });
 afterAll(async () => {

@@ -102,6 +102,16 @@ describe('malformed events', () => {
     await expectUsable(client);
   });
 
+  // Found by the fuzzer (bench/lib/fuzz.ts): a NOTICE here, where AUTH and an oversized EVENT got an OK.
+  it('an EVENT whose id is an empty string gets OK false "invalid:" for that id', async () => {
+    const e = newSigner().sign({});
+    const from = client.mark;
+    client.send(['EVENT', { ...e, id: '' }]);
+    const reply = await client.waitFor((m) => m[0] === 'OK' || m[0] === 'NOTICE', 10_000, from);
+    expect(reply).toEqual(['OK', '', false, expect.stringMatching(/^invalid: /)]);
+    await expectUsable(client);
+  });
+
   it('an EVENT with a deeply nested tags value gets OK false "invalid:"', async () => {
     const e = newSigner().sign({});
     const from = client.mark;

@@ -153,6 +153,31 @@ describe('NIP-50 search', () => {
     expect(await client.count(sub(), { search: w, authors: [bob.pubkey] })).toBe(1);
   });
 
+  // Found by the fuzzer (bench/lib/fuzz.ts): a language search waits for PostgreSQL to stem its words.
+  it('ends a language search closed while its words are being stemmed: no EOSE, no events, no subscription left', async () => {
+    const w = unique('closing');
+    await publishAll(alice.signFast({ content: `${w} running` }));
+    const open = relay.relay.context.subscriptions.size;
+    const c = await TestClient.connect(relay.url);
+    c.send(['REQ', 'stemming', { search: `${w} running language:en` }]);
+    c.send(['CLOSE', 'stemming']);
+    await c.fetch('later', { ids: ['0'.repeat(64)] });
+    await new Promise((r) => setTimeout(r, 300));
+    expect(c.messages.filter((m) => m[1] === 'stemming')).toEqual([]);
+    expect(relay.relay.context.subscriptions.size).toBe(open);
+    c.close();
+  });
+
+  it('leaves no subscription behind when the connection closes while a language search is being stemmed', async () => {
+    const open = relay.relay.context.subscriptions.size;
+    const c = await TestClient.connect(relay.url);
+    c.send(['REQ', 'stemming', { search: `${unique('gone')} running language:en` }]);
+    c.close();
+    await c.closed();
+    await new Promise((r) => setTimeout(r, 300));
+    expect(relay.relay.context.subscriptions.size).toBe(open);
+  });
+
   it('refuses a search that is not a string or is too long', async () => {
     expect(await client.refused(sub(), { search: 5 })).toBe('invalid: "search" must be a string');
     expect(await client.refused(sub(), { search: 'x'.repeat(513) })).toBe('invalid: "search" is longer than 512 characters');

@@ -1,0 +1,295 @@
+// The hot tier kept current (issue 17): the newest events held in memory (tier.ts), answering the REQ
+// filters whose answer lies inside its window; PostgreSQL stays the source of truth.
+//
+// - Filled at start from PostgreSQL, newest first, a page per turn of the event loop, until the
+//   budget (HOT_TIER_MB) or the end of the table; the tier answers what its window already covers
+//   while it fills.
+// - Kept current from the change stream: what this process's writer stored, what the feed read from
+//   other writers (processes, hosts, imports), and what anyone deleted (the feed's `removed`, read
+//   from event_removals: kind 5, replaced versions, vanish, prune, purges, the expiry sweep).
+// - Exact at the moment of each REQ: before answering, it waits for a feed read that began after the
+//   REQ arrived, so whatever any writer had committed by then is in the tier (removals included).
+// - A removal that reaches an event added moments before may be out of order with a re-insert of
+//   the same id (pruned, then published again): such ids are checked against the database.
+import type pg from 'pg';
+import type { Logger } from '../../log.js';
+import type { NostrEvent } from '../../nostr/event.js';
+import { kindClass } from '../../nostr/kinds.js';
+import { dTagOf, expirationOf, indexedTags } from '../../nostr/tags.js';
+import type { Filter } from '../../nostr/filter.js';
+import type { Change, ChangeStream } from '../changes.js';
+import type { ChangeFeed } from '../feed.js';
+import { REMOVALS_KEEP_MINUTES } from '../feed.js';
+import type { PreparedEvent } from '../prepared-event.js';
+import type { StoredRow } from '../read.js';
+import { HotTier } from './tier.js';
+
+const FILL_PAGE_ROWS = 2000;
+/** Events evicted per turn of the event loop: about 2.5 ms (4-5 µs each, measured at 1M held). */
+const EVICT_PER_TURN = 500;
+/** A removal of an event added this recently is checked against the database (see above). */
+const RECENT_MS = 60_000;
+/** Without a completed feed read for this long, removals may have been swept unread: start again. */
+const STALE_FEED_MS = (REMOVALS_KEEP_MINUTES / 2) * 60_000;
+/** How long a REQ waits for the tier to catch up before PostgreSQL answers it instead. */
+const FRESH_TIMEOUT_MS = 2000;
+
+/** What the tier could answer of a REQ, and what is left for PostgreSQL. */
+export interface TierPlan {
+  /** The union of the answered filters' rows, in result order, each event once. */
+  rows: Array<StoredRow & { createdAt: number }>;
+  /** Filters memory could not answer exactly. */
+  rest: Filter[];
+}
+
+export interface HotTierStats {
+  events: number;
+  bytes: number;
+  windowStart: number;
+  filling: boolean;
+}
+
+/** A stored row as the store would prepare it, without the search words (the tier never searches). */
+function prepareStored(raw: string): PreparedEvent {
+  const event = JSON.parse(raw) as NostrEvent;
+  const cls = kindClass(event.kind);
+  return {
+    event,
+    raw,
+    kindClass: cls,
+    dTag: cls === 'replaceable' ? '' : cls === 'addressable' ? dTagOf(event.tags) : null,
+    expiresAt: expirationOf(event.tags) ?? null,
+    tags: indexedTags(event.tags),
+    search: undefined,
+  };
+}
+
+export class HotTierService {
+  private tier: HotTier;
+  private filling = false;
+  private fillGeneration = 0;
+  /** Ids removed while a fill page was being read: that page may still hold them. */
+  private removedDuringPage: Set<string> | undefined;
+  /**
+   * Events stored while a fill page was being read, older than the window then: the page may not
+   * hold them (committed after it was read) while the window moves past them. Added after the page.
+   */
+  private addedDuringPage: PreparedEvent[] | undefined;
+  /**
+   * The created_at of the fill's last page's last event: that second may be only partly read (the
+   * next page goes on after the last id read), so an event stored at that second meanwhile, with a
+   * lower id, is added as a fill page would add it.
+   */
+  private boundary: number | undefined;
+  /** When each event held was added through the change stream (for the recent-removal check). */
+  private readonly recentlyAdded = new Map<string, number>();
+  private checking: Promise<void> = Promise.resolve();
+  private evicting = false;
+  private unsubscribe: (() => void) | undefined;
+  private stopped = false;
+  private readonly timer: NodeJS.Timeout;
+  readonly stats = { memory: 0, database: 0, mixed: 0, counts: 0 };
+
+  constructor(
+    private readonly pool: pg.Pool,
+    private readonly changes: ChangeStream,
+    private readonly feed: ChangeFeed,
+    private readonly log: Logger,
+    private readonly budgetBytes: number,
+  ) {
+    this.tier = new HotTier({ budgetBytes });
+    this.timer = setInterval(() => this.housekeeping(), 5000);
+    this.timer.unref();
+  }
+
+  start(): this {
+    this.unsubscribe = this.changes.subscribe((change) => this.apply(change));
+    void this.fill();
+    return this;
+  }
+
+  stop(): void {
+    this.stopped = true;
+    this.unsubscribe?.();
+    clearInterval(this.timer);
+  }
+
+  get current(): HotTierStats {
+    return { events: this.tier.size, bytes: this.tier.bytes, windowStart: this.tier.windowStart, filling: this.filling };
+  }
+
+  private apply(change: Change): void {
+    if (change.type === 'stored') {
+      const now = Date.now();
+      for (const p of change.events) {
+        if (this.filling && p.event.created_at < this.tier.windowStart) {
+          if (this.addedDuringPage) this.addedDuringPage.push(p);
+          else if (p.event.created_at === this.boundary) this.tier.addOlder([p], false);
+        }
+        this.tier.add(p);
+        this.recentlyAdded.set(p.event.id, now);
+      }
+      if (!this.filling) this.evictLater(); // the fill evicts once it ends: the tier cannot fill below what it evicted
+    } else if (change.type === 'removed') {
+      if (this.removedDuringPage) for (const id of change.ids) this.removedDuringPage.add(id);
+      const recent = change.ids.filter((id) => this.recentlyAdded.has(id));
+      this.tier.remove(recent.length ? change.ids.filter((id) => !this.recentlyAdded.has(id)) : change.ids);
+      if (recent.length) this.checking = this.checking.then(() => this.check(recent));
+    }
+  }
+
+  /**
+   * Ids removed soon after they were added: the removal may predate a re-insert that was announced
+   * first. The database says which is true; until it has, REQs wait (see `fresh`).
+   */
+  private async check(ids: string[]): Promise<void> {
+    try {
+      const { rows } = await this.pool.query<{ id: string }>(`SELECT encode(id, 'hex') AS id FROM events WHERE id = ANY($1::bytea[])`, [ids.map((id) => Buffer.from(id, 'hex'))]);
+      const present = new Set(rows.map((r) => r.id));
+      this.tier.remove(ids.filter((id) => !present.has(id)));
+    } catch (err) {
+      // Unknown: the safe answer is to forget them (PostgreSQL answers for them from now on).
+      this.log.warn({ err: (err as Error).message }, 'hot tier: checking removed events failed; starting over');
+      this.restart();
+    }
+  }
+
+  /**
+   * True once the tier holds everything committed before this call (a feed read that began after it,
+   * then pending checks); false if that takes over FRESH_TIMEOUT_MS (the database is slow or down:
+   * PostgreSQL answers, or fails, as without a tier).
+   */
+  fresh(): Promise<boolean> {
+    return new Promise<boolean>((resolve) => {
+      const timer = setTimeout(() => resolve(false), FRESH_TIMEOUT_MS);
+      // The read's changes reach the tier on the change stream's next turn (changes.ts): wait one
+      // turn more, then for the checks it may have started.
+      this.feed.afterNextRead(() => setImmediate(() => void this.checking.then(() => (clearTimeout(timer), resolve(true)))));
+      this.feed.requestRead();
+    });
+  }
+
+  /** The part of a REQ memory answers exactly, after waiting until the tier is fresh. */
+  async plan(filters: Filter[], now: number): Promise<TierPlan> {
+    if (this.tier.windowStart === Infinity || !(await this.fresh())) {
+      this.stats.database++;
+      return { rows: [], rest: filters };
+    }
+    const rest: Filter[] = [];
+    const union = new Map<string, StoredRow & { createdAt: number }>();
+    let answered = 0;
+    for (const f of filters) {
+      const rows = this.tier.answer(f, now);
+      if (rows === undefined) {
+        rest.push(f);
+        continue;
+      }
+      answered++;
+      for (const row of rows) if (!union.has(row.id)) union.set(row.id, { ...row, createdAt: createdAtOf(row.raw) });
+    }
+    if (answered === 0) this.stats.database++;
+    else if (rest.length) this.stats.mixed++;
+    else this.stats.memory++;
+    const rows = [...union.values()];
+    if (answered > 1) rows.sort(resultOrder);
+    return { rows, rest };
+  }
+
+  /** NIP-45 COUNT from memory, or undefined (PostgreSQL counts it). */
+  async count(filters: Filter[], now: number): Promise<number | undefined> {
+    if (this.tier.windowStart === Infinity || !(await this.fresh())) return undefined;
+    const n = this.tier.count(filters, now);
+    if (n !== undefined) this.stats.counts++;
+    return n;
+  }
+
+  /** Newest first, page by page, until the budget or the end of the table. */
+  private async fill(): Promise<void> {
+    const generation = ++this.fillGeneration;
+    this.filling = true;
+    this.log.info({ budgetMegabytes: Math.round(this.budgetBytes / 2 ** 20) }, 'hot tier filling');
+    const started = Date.now();
+    let after: { createdAt: number; id: Buffer } | undefined;
+    try {
+      while (!this.stopped && generation === this.fillGeneration && this.tier.bytes < this.budgetBytes) {
+        this.removedDuringPage = new Set();
+        this.addedDuringPage = [];
+        const { rows } = await this.pool.query<{ raw: string; created_at: string; id: Buffer }>(
+          after
+            ? `SELECT raw, created_at, id FROM events WHERE created_at < $1 OR (created_at = $1 AND id > $2) ORDER BY created_at DESC, id LIMIT $3`
+            : `SELECT raw, created_at, id FROM events ORDER BY created_at DESC, id LIMIT $1`,
+          after ? [after.createdAt, after.id, FILL_PAGE_ROWS] : [FILL_PAGE_ROWS],
+        );
+        if (generation !== this.fillGeneration) return;
+        const removed = this.removedDuringPage;
+        const added = this.addedDuringPage;
+        this.removedDuringPage = this.addedDuringPage = undefined;
+        const page = rows.filter((r) => !removed.has(r.id.toString('hex'))).map((r) => prepareStored(r.raw));
+        const end = rows.length < FILL_PAGE_ROWS;
+        this.tier.addOlder(page, end);
+        if (!end) this.boundary = Number(rows[rows.length - 1].created_at);
+        for (const p of added) {
+          if (removed.has(p.event.id)) continue;
+          // At or above the window: an ordinary add; in the page's last second: as the fill adds;
+          // older: committed before the next page is read, which will hold it.
+          if (p.event.created_at === this.boundary && p.event.created_at < this.tier.windowStart) this.tier.addOlder([p], false);
+          else this.tier.add(p);
+        }
+        if (end) break;
+        const last = rows[rows.length - 1];
+        after = { createdAt: Number(last.created_at), id: last.id };
+        await new Promise((r) => setImmediate(r));
+      }
+      this.log.info({ events: this.tier.size, megabytes: Math.round(this.tier.bytes / 2 ** 20), windowStart: this.tier.windowStart, seconds: (Date.now() - started) / 1000 }, 'hot tier filled');
+    } catch (err) {
+      this.log.warn({ err: (err as Error).message }, 'hot tier: fill failed; PostgreSQL answers until it is retried');
+      if (generation === this.fillGeneration) setTimeout(() => this.restart(), 5000).unref();
+    } finally {
+      this.removedDuringPage = this.addedDuringPage = this.boundary = undefined;
+      if (generation === this.fillGeneration) this.filling = false;
+    }
+    this.evictLater();
+  }
+
+  /** Forgets everything and fills again. */
+  private restart(): void {
+    if (this.stopped) return;
+    this.tier = new HotTier({ budgetBytes: this.budgetBytes });
+    this.recentlyAdded.clear();
+    void this.fill();
+  }
+
+  private evictLater(): void {
+    if (this.evicting || this.tier.bytes <= this.budgetBytes) return;
+    this.evicting = true;
+    const step = () => {
+      if (this.stopped) return;
+      if (this.tier.evict(EVICT_PER_TURN)) setImmediate(step);
+      else this.evicting = false;
+    };
+    setImmediate(step);
+  }
+
+  private housekeeping(): void {
+    const cutoff = Date.now() - RECENT_MS;
+    for (const [id, at] of this.recentlyAdded) {
+      if (at >= cutoff) break; // in insertion order: the rest is newer
+      this.recentlyAdded.delete(id);
+    }
+    if (Date.now() - this.feed.lastReadAt > STALE_FEED_MS) {
+      this.log.warn('hot tier: no feed read for minutes (removals may have been missed); filling again');
+      this.feed.lastReadAt = Date.now();
+      this.restart();
+    }
+  }
+}
+
+const CREATED_AT = /"created_at":(\d+)/;
+/** Canonical event JSON (nostr/event.ts) has created_at as a plain integer. */
+export function createdAtOf(raw: string): number {
+  return Number(CREATED_AT.exec(raw)?.[1] ?? 0);
+}
+
+export function resultOrder(a: { id: string; createdAt: number }, b: { id: string; createdAt: number }): number {
+  return b.createdAt - a.createdAt || (a.id < b.id ? -1 : a.id > b.id ? 1 : 0);
+}

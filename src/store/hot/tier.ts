@@ -1,0 +1,362 @@
+// The in-memory hot tier (issue 17): the most recent stored events, indexed like the events table,
+// answering a REQ filter or a COUNT from memory when the answer lies entirely inside what it holds.
+// PostgreSQL stays the source of truth: the tier is fed by the fill (older pages read from the
+// database), the change stream (newly stored events) and removals, and it says "undefined" whenever
+// memory cannot give the exact answer. Pure: no I/O, no timers.
+//
+// The window: every stored event with created_at >= windowStart is held. A filter's answer is exact
+// when it is complete before the walk reaches below windowStart (its `limit` is reached, or its
+// `since` is at or above windowStart), or when every event it names by id is held.
+import { compileFilter, matchesNothing, type Filter, type Matcher } from '../../nostr/filter.js';
+import type { PreparedEvent } from '../prepared-event.js';
+import type { StoredRow } from '../read.js';
+import { HeldEvent, newerFirst } from './held-event.js';
+import { NewestFirst, type Run } from './merge.js';
+import { SortedList } from './sorted-list.js';
+import { entrySize, TagIndex } from './tag-index.js';
+
+export interface HotTierOptions {
+  /** Evict (evict()) down to this estimate of the heap the held events take. */
+  budgetBytes: number;
+}
+
+/** An authors × kinds filter reads the author+kind lists up to this many pairs, else author lists. */
+const MAX_AUTHOR_KIND_PAIRS = 4096;
+
+/**
+ * Estimated heap bytes of one held event, measured on Node 20 x64 (8-byte pointers) with 1000-byte
+ * events: 350 for the HeldEvent, its id, its Map entry and its slots in the all, kind, author and
+ * author+kind lists; the raw JSON; with indexed tags, 150 for the tagKeys Set and about 50 per tag
+ * (11 for a value other events have too, 130 for a value only this one has: the key string and
+ * its Map entry).
+ */
+const EVENT_BYTES = 350;
+const TAG_SET_BYTES = 150;
+const TAG_BYTES = 50;
+
+export function heldBytes(raw: string, tagCount: number): number {
+  // V8 keeps a string of Latin-1 characters at one byte each, any other at two: non-ASCII is
+  // counted as two (Buffer.byteLength is a fast native scan).
+  const charBytes = Buffer.byteLength(raw, 'utf8') === raw.length ? 1 : 2;
+  return EVENT_BYTES + charBytes * raw.length + (tagCount > 0 ? TAG_SET_BYTES + TAG_BYTES * tagCount : 0);
+}
+
+/** One Set for every event without indexed tags (about 150 bytes each otherwise); never added to. */
+const NO_TAG_KEYS: Set<string> = new Set();
+
+/** Where candidates are read from: an index list, or the one event a tag value is held on. */
+type Source = SortedList | HeldEvent;
+
+/** An author's lists: all their events (keyed by the pubkey string their held events share), and per kind. */
+interface AuthorLists {
+  all: SortedList;
+  byKind: Map<number, SortedList>;
+}
+
+export class HotTier {
+  private readonly budgetBytes: number;
+  private start = Infinity;
+  private heldBytesTotal = 0;
+  /** Set by an eviction: the fill can no longer continue below what was evicted. */
+  private evicted = false;
+
+  private readonly byId = new Map<string, HeldEvent>();
+  /** Replaceable and addressable events by kind:pubkey:d: the one version held. */
+  private readonly byKey = new Map<string, HeldEvent>();
+  private readonly all = new SortedList();
+  private readonly byAuthor = new Map<string, AuthorLists>();
+  private readonly byKind = new Map<number, SortedList>();
+  private readonly byTag = new TagIndex();
+
+  constructor(options: HotTierOptions) {
+    this.budgetBytes = options.budgetBytes;
+  }
+
+  /**
+   * Every stored event with created_at >= windowStart is held (the invariant). -Infinity: the tier
+   * holds the whole store. +Infinity: nothing trusted yet (empty, before the fill).
+   */
+  get windowStart(): number {
+    return this.start;
+  }
+
+  /** Events held. */
+  get size(): number {
+    return this.byId.size;
+  }
+
+  /** Estimated heap bytes of the held events and their index entries (heldBytes above). */
+  get bytes(): number {
+    return this.heldBytesTotal;
+  }
+
+  has(id: string): boolean {
+    return this.byId.has(id);
+  }
+
+  /**
+   * A newly stored event (the change stream). Ignored when created_at < windowStart, or when held
+   * already. Replaceable and addressable: the store's choice between it and a held version of the
+   * same key is kept (the higher created_at, on a tie the lower id), the other dropped.
+   */
+  add(p: PreparedEvent): void {
+    if (p.event.created_at < this.start) return;
+    this.hold(p, false);
+  }
+
+  /** Events deleted in the database (kind 5, replaced, vanished, pruned, banned …). Ids not held: no-op. */
+  remove(ids: Iterable<string>): void {
+    for (const id of ids) {
+      const e = this.byId.get(id);
+      if (e) this.drop(e);
+    }
+  }
+
+  /**
+   * The fill: a page of events older than (or tied with the oldest of) everything held, newest
+   * first, as read from PostgreSQL by keyset (created_at DESC, id ASC); `end` when the page reached
+   * the end of the table. Afterwards windowStart is -Infinity if `end`, else the last event's
+   * created_at + 1 (events at that created_at may be only partly loaded: held, but below the window).
+   * Throws once evict() has dropped anything: the events evicted above the page would be missing.
+   */
+  addOlder(page: PreparedEvent[], end: boolean): void {
+    if (this.evicted) throw new Error('hot tier: the fill cannot go on after an eviction');
+    for (const p of page) this.hold(p, true);
+    if (end) this.start = -Infinity;
+    else if (page.length > 0) this.start = Math.min(this.start, page[page.length - 1].event.created_at + 1);
+  }
+
+  /**
+   * Evicts the oldest events until bytes <= budgetBytes, at most `maxEvents` in this call, so a
+   * caller can spread the work over turns of the event loop. windowStart rises above each evicted
+   * event's created_at: a created_at group evicted in part is held below the window, like the
+   * fill's last group. Returns true when more eviction is needed.
+   */
+  evict(maxEvents: number): boolean {
+    for (let n = 0; n < maxEvents && this.heldBytesTotal > this.budgetBytes; n++) {
+      const oldest = this.oldest();
+      if (!oldest) break;
+      this.drop(oldest);
+      this.evicted = true;
+      this.start = Math.max(this.start, oldest.created_at + 1);
+    }
+    return this.heldBytesTotal > this.budgetBytes && this.byId.size > 0;
+  }
+
+  /**
+   * One REQ filter answered from memory: its newest `limit` live matches in result order, or
+   * undefined when memory cannot give the exact answer (and search filters: PostgreSQL ranks them).
+   */
+  answer(filter: Filter, now: number): StoredRow[] | undefined {
+    if (filter.limit === 0 || matchesNothing(filter)) return [];
+    if (filter.search) return undefined;
+    const { runs, matches, complete } = this.candidates(filter);
+    const since = filter.since ?? -Infinity;
+    const trusted = complete || since >= this.start;
+    const out: StoredRow[] = [];
+    const walk = new NewestFirst(runs);
+    for (let e = walk.next(); e !== undefined; e = walk.next()) {
+      if (e.created_at < since) break;
+      if (!trusted && e.created_at < this.start) return undefined; // the rest may be in PostgreSQL only
+      if ((e.expiresAt === null || e.expiresAt > now) && matches(e)) {
+        out.push({ id: e.id, raw: e.raw });
+        if (out.length >= filter.limit) return out;
+      }
+    }
+    return trusted ? out : undefined;
+  }
+
+  /** NIP-45 COUNT of the union of the filters (each event once, limit ignored), or undefined when not exact from memory. */
+  count(filters: Filter[], now: number): number | undefined {
+    const plans: Array<{ since: number; runs: Run[]; matches: Matcher }> = [];
+    for (const filter of filters) {
+      if (matchesNothing(filter)) continue;
+      if (filter.search) return undefined;
+      const since = filter.since ?? -Infinity;
+      const { runs, matches, complete } = this.candidates(filter);
+      if (!complete && !(since >= this.start)) return undefined;
+      plans.push({ since, runs, matches });
+    }
+    const counted = plans.length > 1 ? new Set<HeldEvent>() : undefined;
+    let n = 0;
+    for (const { since, runs, matches } of plans) {
+      const walk = new NewestFirst(runs);
+      for (let e = walk.next(); e !== undefined && e.created_at >= since; e = walk.next()) {
+        if ((e.expiresAt === null || e.expiresAt > now) && matches(e)) {
+          if (counted) counted.add(e);
+          else n++;
+        }
+      }
+    }
+    return counted ? counted.size : n;
+  }
+
+  // -------------------------------------------------------------------------------------------------
+  // Holding and dropping
+
+  private hold(p: PreparedEvent, oldest: boolean): void {
+    const { event } = p;
+    if (p.kindClass === 'ephemeral' || this.byId.has(event.id)) return;
+    let key: string | null = null;
+    if (p.dTag !== null) {
+      key = `${event.kind}:${event.pubkey}:${p.dTag}`;
+      const held = this.byKey.get(key);
+      if (held) {
+        if (held.created_at > event.created_at || (held.created_at === event.created_at && held.id < event.id)) return;
+        this.drop(held);
+      }
+    }
+    let author = this.byAuthor.get(event.pubkey);
+    if (!author) this.byAuthor.set(event.pubkey, (author = { all: new SortedList(event.pubkey), byKind: new Map() }));
+    const tagKeys = p.tags.length === 0 ? NO_TAG_KEYS : new Set<string>();
+    for (const [name, value] of p.tags) tagKeys.add(this.byTag.keyOf(name, value));
+    const bytes = heldBytes(p.raw, tagKeys.size);
+    const e = new HeldEvent(event.id, author.all.key, event.created_at, event.kind, p.raw, tagKeys, p.expiresAt, key, bytes);
+    this.byId.set(e.id, e);
+    if (key !== null) this.byKey.set(key, e);
+    this.heldBytesTotal += bytes;
+
+    put(this.all, e, oldest);
+    put(author.all, e, oldest);
+    putIn(author.byKind, e.kind, e, oldest);
+    putIn(this.byKind, e.kind, e, oldest);
+    for (const tagKey of tagKeys) this.byTag.add(tagKey, e, oldest);
+  }
+
+  /** Removes an event from the tier: dead in its lists, which drop it lazily (sorted-list.ts). */
+  private drop(e: HeldEvent): void {
+    e.alive = false;
+    this.byId.delete(e.id);
+    if (e.key !== null && this.byKey.get(e.key) === e) this.byKey.delete(e.key);
+    this.heldBytesTotal -= e.bytes;
+
+    release(this.all);
+    const author = this.byAuthor.get(e.pubkey)!;
+    releaseIn(author.byKind, e.kind);
+    if (release(author.all)) this.byAuthor.delete(e.pubkey);
+    releaseIn(this.byKind, e.kind);
+    for (const tagKey of e.tagKeys) this.byTag.remove(tagKey, e);
+  }
+
+  private oldest(): HeldEvent | undefined {
+    const { items, start } = this.all;
+    for (let i = start; i < items.length; i++) if (items[i]!.alive) return items[i];
+    return undefined;
+  }
+
+  // -------------------------------------------------------------------------------------------------
+  // Choosing the lists to read
+
+  /**
+   * The held events that may match, as runs of index lists (each read from `until` down); the
+   * matcher for them, without the conditions their lists already ensure (a 150-value `#p` is not
+   * checked again per event); and whether they are all the stored events that may match (ids, every
+   * one held) whatever the window.
+   */
+  private candidates(f: Filter): { runs: Run[]; matches: Matcher; complete: boolean } {
+    if (f.ids) {
+      const found: HeldEvent[] = [];
+      for (const id of f.ids) {
+        const e = this.byId.get(id);
+        if (e) found.push(e);
+      }
+      found.sort((a, b) => (newerFirst(a, b) ? 1 : -1)); // list order: oldest first
+      const runs = [{ items: found, next: found.length - 1, floor: 0 }];
+      return { runs, matches: compileFilter({ ...f, ids: undefined }), complete: found.length === f.ids.length };
+    }
+    const { sources, ensured } = this.narrowestSources(f);
+    return { runs: sources.map((source) => runOf(source, f.until)), matches: compileFilter(ensured), complete: false };
+  }
+
+  /**
+   * The family of lists with the fewest entries among the filter's authors, tags and kinds (a tag
+   * value held on one event only is that event: tag-index.ts), and the filter less the conditions
+   * every event in them meets.
+   */
+  private narrowestSources(f: Filter): { sources: Source[]; ensured: Filter } {
+    let best: { sources: Source[]; ensured: Filter } | undefined;
+    let bestSize = Infinity;
+    const consider = (sources: Source[], size: number, ensured: () => Filter) => {
+      if (size < bestSize) {
+        best = { sources, ensured: ensured() };
+        bestSize = size;
+      }
+    };
+    if (f.authors) {
+      const lists: SortedList[] = [];
+      let size = 0;
+      const kinds = f.kinds && f.authors.length * f.kinds.length <= MAX_AUTHOR_KIND_PAIRS ? f.kinds : undefined;
+      for (const pubkey of f.authors) {
+        const author = this.byAuthor.get(pubkey);
+        if (!author) continue;
+        if (!kinds) {
+          lists.push(author.all);
+          size += author.all.size;
+          continue;
+        }
+        for (const kind of kinds) {
+          const list = author.byKind.get(kind);
+          if (list) {
+            lists.push(list);
+            size += list.size;
+          }
+        }
+      }
+      consider(lists, size, () => ({ ...f, authors: undefined, kinds: kinds ? undefined : f.kinds }));
+    }
+    for (const t of f.tags) {
+      if (bestSize === 0) break;
+      const entries: Source[] = [];
+      let size = 0;
+      for (const value of t.values) {
+        const entry = this.byTag.get(t.name + value);
+        if (entry) {
+          entries.push(entry);
+          size += entrySize(entry);
+        }
+      }
+      consider(entries, size, () => ({ ...f, tags: f.tags.filter((other) => other !== t) }));
+    }
+    if (f.kinds && bestSize > 0) {
+      const lists: SortedList[] = [];
+      let size = 0;
+      for (const kind of f.kinds) {
+        const list = this.byKind.get(kind);
+        if (list) {
+          lists.push(list);
+          size += list.size;
+        }
+      }
+      consider(lists, size, () => ({ ...f, kinds: undefined }));
+    }
+    return best ?? { sources: [this.all], ensured: f };
+  }
+}
+
+function put(list: SortedList, e: HeldEvent, oldest: boolean): void {
+  if (oldest) list.addOldest(e);
+  else list.add(e);
+}
+
+function putIn<K>(lists: Map<K, SortedList>, key: K, e: HeldEvent, oldest: boolean): void {
+  const list = lists.get(key);
+  if (list) put(list, e, oldest);
+  else lists.set(key, new SortedList('', e));
+}
+
+/** Counts a dead entry in the list; true when the list has no alive entry left. */
+function release(list: SortedList): boolean {
+  list.dead++;
+  list.tidy();
+  return list.size === 0;
+}
+
+function releaseIn<K>(lists: Map<K, SortedList>, key: K): void {
+  if (release(lists.get(key)!)) lists.delete(key);
+}
+
+/** A list (or a tag value's one event) read newest first from `until` (inclusive) down. */
+function runOf(source: Source, until: number | undefined): Run {
+  if (!(source instanceof SortedList)) return { items: [source], next: until === undefined || source.created_at <= until ? 0 : -1, floor: 0 };
+  return { items: source.items, next: until === undefined ? source.items.length - 1 : source.lastAtOrBefore(until), floor: source.start };
+}
