@@ -23,7 +23,9 @@ beforeAll(async () => {
   await ensureDatabase(pair.primaryAdminUrl, 'relay');
   const [primaryUrl, replicaUrl] = [withDatabaseName(pair.primaryAdminUrl, 'relay'), withDatabaseName(pair.replicaAdminUrl, 'relay')];
   await pair.caughtUp();
-  relay = await startTestRelay({ READ_DATABASE_URL: replicaUrl, READ_REPLICA_WAIT_MS: '50' }, primaryUrl);
+  // Without the hot tier: it would answer these REQs from memory, and this file tests where the
+  // database part of a REQ runs (with the tier, what it cannot answer goes the same way).
+  relay = await startTestRelay({ READ_DATABASE_URL: replicaUrl, READ_REPLICA_WAIT_MS: '50', HOT_TIER_MB: '0' }, primaryUrl);
   replicaPool = new pg.Pool({ connectionString: replicaUrl, max: 1 });
   replicaPool.on('error', () => undefined); // its idle connection ends when the test stops the replica
 }, 120_000);
