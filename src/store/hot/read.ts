@@ -4,7 +4,7 @@
 import type pg from 'pg';
 import type { Filter } from '../../nostr/filter.js';
 import { streamEvents, type StoredRow } from '../read.js';
-import { createdAtOf, resultOrder, type HotTierService } from './service.js';
+import { inResultOrder, type HotTierService } from './service.js';
 
 const BATCH_ROWS = 256;
 
@@ -22,16 +22,12 @@ export async function streamStored(
     await streamEvents(await database(), filters, now, onRows);
     return 'database';
   }
-  let rows: Array<StoredRow & { createdAt: number }> = plan.rows;
+  let rows = plan.rows;
   if (plan.rest.length) {
     // Both: the database's part is bounded by its filters' limits, so it is collected, then merged.
-    const seen = new Set(rows.map((r) => r.id));
-    const more: Array<StoredRow & { createdAt: number }> = [];
-    await streamEvents(await database(), plan.rest, now, (batch) => {
-      for (const r of batch) if (!seen.has(r.id)) more.push({ ...r, createdAt: createdAtOf(r.raw) });
-      return true;
-    });
-    rows = [...rows, ...more].sort(resultOrder);
+    const more: StoredRow[] = [];
+    await streamEvents(await database(), plan.rest, now, (batch) => (more.push(...batch), true));
+    rows = inResultOrder([...rows, ...more]);
   }
   for (let i = 0; i < rows.length; i += BATCH_ROWS) if (!(await onRows(rows.slice(i, i + BATCH_ROWS)))) break;
   return plan.rest.length ? 'mixed' : 'memory';

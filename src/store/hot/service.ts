@@ -37,7 +37,7 @@ const FRESH_TIMEOUT_MS = 2000;
 /** What the tier could answer of a REQ, and what is left for PostgreSQL. */
 export interface TierPlan {
   /** The union of the answered filters' rows, in result order, each event once. */
-  rows: Array<StoredRow & { createdAt: number }>;
+  rows: StoredRow[];
   /** Filters memory could not answer exactly. */
   rest: Filter[];
 }
@@ -176,22 +176,17 @@ export class HotTierService {
       return { rows: [], rest: filters };
     }
     const rest: Filter[] = [];
-    const union = new Map<string, StoredRow & { createdAt: number }>();
-    let answered = 0;
+    const answers: StoredRow[][] = [];
     for (const f of filters) {
       const rows = this.tier.answer(f, now);
-      if (rows === undefined) {
-        rest.push(f);
-        continue;
-      }
-      answered++;
-      for (const row of rows) if (!union.has(row.id)) union.set(row.id, { ...row, createdAt: createdAtOf(row.raw) });
+      if (rows === undefined) rest.push(f);
+      else answers.push(rows);
     }
-    if (answered === 0) this.stats.database++;
+    if (answers.length === 0) this.stats.database++;
     else if (rest.length) this.stats.mixed++;
     else this.stats.memory++;
-    const rows = [...union.values()];
-    if (answered > 1) rows.sort(resultOrder);
+    // One filter's answer is already in result order, each event once: only a union is merged.
+    const rows = answers.length === 1 ? answers[0] : inResultOrder(answers.flat());
     return { rows, rest };
   }
 
@@ -292,4 +287,11 @@ export function createdAtOf(raw: string): number {
 
 export function resultOrder(a: { id: string; createdAt: number }, b: { id: string; createdAt: number }): number {
   return b.createdAt - a.createdAt || (a.id < b.id ? -1 : a.id > b.id ? 1 : 0);
+}
+
+/** Rows from several answers as one: each event once, newest first, ties to the lowest id. */
+export function inResultOrder(rows: StoredRow[]): StoredRow[] {
+  const union = new Map<string, StoredRow & { createdAt: number }>();
+  for (const row of rows) if (!union.has(row.id)) union.set(row.id, { ...row, createdAt: createdAtOf(row.raw) });
+  return [...union.values()].sort(resultOrder);
 }
