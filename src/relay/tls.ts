@@ -15,7 +15,9 @@ export interface ListeningServer {
 }
 
 async function readPair(config: Config): Promise<{ cert: Buffer; key: Buffer }> {
-  const [cert, key] = await Promise.all([readFile(config.TLS_CERT_FILE!), readFile(config.TLS_KEY_FILE!)]);
+  // One after the other: when both are unreadable, the error always names the certificate first.
+  const cert = await readFile(config.TLS_CERT_FILE!);
+  const key = await readFile(config.TLS_KEY_FILE!);
   return { cert, key };
 }
 
