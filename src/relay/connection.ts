@@ -15,9 +15,10 @@ import type { Session } from '../policy/session.js';
 import { hasSqlState, isPoolExhausted, SQLSTATE } from '../store/pg-errors.js';
 import type { ChangeFeed } from '../store/feed.js';
 import { streamStored, type Answered } from '../store/hot/read.js';
-import { countWithHll } from '../store/read.js';
+import { countWithHll, type StoredRow } from '../store/read.js';
 import { needsPreparing, prepareSearch } from '../store/search.js';
 import { nowSeconds, type RelayContext } from './context.js';
+import { eventFrames, eventPrefix } from './frames.js';
 import { ingestEvent } from './ingest.js';
 import { NegentropySessions } from './negentropy.js';
 import type { ConnectionBudget } from './rate-limit.js';
@@ -52,25 +53,38 @@ const TOO_SLOW = reason.error('client is reading too slowly');
 /** A REQ: stored events first, then live ones. Live matches that arrive before EOSE wait in a queue. */
 class Subscription implements Subscriber {
   closed = false;
-  private stored: Set<string> | undefined = new Set(); // ids sent before EOSE, to skip them if queued
+  /** `["EVENT",<id>,` as bytes, for the stored events' frames (frames.ts). */
+  readonly prefix: Buffer;
+  private sent: string[] | undefined = []; // ids sent before EOSE, to skip them if queued
   private queued: Array<{ id: string; raw: string }> = [];
-  /** After EOSE, the ids sent as stored until the feed has read past the query (see goLive). */
-  private recent: Set<string> | undefined;
+  /**
+   * After EOSE, the ids sent as stored until the feed has read past the query (see goLive); made a
+   * Set only if a live event arrives meanwhile, which most subscriptions never see.
+   */
+  private recent: string[] | Set<string> | undefined;
 
   constructor(
     readonly id: string,
     private readonly connection: Connection,
-  ) {}
+  ) {
+    this.prefix = eventPrefix(id);
+  }
 
   deliver(id: string, raw: string): void {
-    if (this.closed || this.recent?.has(id)) return;
-    if (this.stored) this.queued.push({ id, raw });
+    if (this.closed || this.sentRecently(id)) return;
+    if (this.sent) this.queued.push({ id, raw });
     else this.connection.send(eventMessage(this.id, raw));
   }
 
-  sendStored(id: string, raw: string): void {
-    this.stored!.add(id);
-    this.connection.send(eventMessage(this.id, raw));
+  private sentRecently(id: string): boolean {
+    if (this.recent === undefined) return false;
+    if (Array.isArray(this.recent)) this.recent = new Set(this.recent);
+    return this.recent.has(id);
+  }
+
+  /** These stored events have been written to the socket. */
+  sentStored(rows: readonly StoredRow[], from: number, to: number): void {
+    for (let i = from; i < to; i++) this.sent!.push(rows[i]!.id);
   }
 
   /**
@@ -79,16 +93,24 @@ class Subscription implements Subscriber {
    * (store/feed.ts): its ids stay here until a feed read that starts now has finished.
    */
   goLive(feed: ChangeFeed): void {
-    const stored = this.stored!;
-    this.stored = undefined;
+    const sent = this.sent!;
+    this.sent = undefined;
     this.connection.send(eoseMessage(this.id));
-    for (const { id, raw } of this.queued) if (!stored.has(id)) this.connection.send(eventMessage(this.id, raw));
-    this.queued = [];
-    if (stored.size === 0) return;
-    this.recent = stored;
+    if (this.queued.length > 0) {
+      const stored = new Set(sent);
+      for (const { id, raw } of this.queued) if (!stored.has(id)) this.connection.send(eventMessage(this.id, raw));
+      this.queued = [];
+      this.recent = stored;
+    } else {
+      this.recent = sent;
+    }
+    if (sent.length === 0) return void (this.recent = undefined);
     feed.afterNextRead(() => (this.recent = undefined));
   }
 }
+
+/** Stored events are framed and written in chunks of about this many bytes (frames.ts). */
+const STORED_CHUNK_BYTES = 128 * 1024;
 
 export class Connection {
   private readonly subscriptions = new Map<string, Subscription>();
@@ -145,6 +167,15 @@ export class Connection {
   /** More than half the cap is waiting to be sent: a large answer pauses (drained) until it is not. */
   private get backlogged(): boolean {
     return this.ws.bufferedAmount > this.ctx.limits.maxBufferedBytes / 2;
+  }
+
+  /**
+   * Frames may go straight to the socket (stored events, frames.ts): the WebSocket is open, so ws
+   * has written no close frame they could follow, and ws writes its own frames synchronously
+   * (no compression), so the order of everything sent is kept.
+   */
+  private get writable(): boolean {
+    return !this.closed && this.ws.readyState === this.ws.OPEN;
   }
 
   /** Pauses a large answer until the socket is no longer backlogged (or gives up). */
@@ -400,14 +431,17 @@ export class Connection {
         return pool;
       };
       answered = await streamStored(this.ctx.tier, database, filters, nowSeconds(), async (rows) => {
-        for (const row of rows) {
-          // Drain before each event, not each batch: a batch of large events (256 × up to
+        for (let i = 0; i < rows.length; ) {
+          // Drain before each chunk, not each batch: a batch of large events (256 × up to
           // maxMessageBytes) can exceed maxBufferedBytes and cut off a client that is reading.
-          // Checked without awaiting when there is room, so a batch goes out in one tick (see send).
+          // Checked without awaiting when there is room, so a batch goes out in one tick.
           if (this.backlogged && !(await this.drained())) return false;
-          if (sub.closed) return false;
-          sub.sendStored(row.id, row.raw);
-          rowsSent++;
+          if (sub.closed || !this.writable) return false;
+          const { frames, next } = eventFrames(sub.prefix, rows, i, STORED_CHUNK_BYTES);
+          this.socket.write(frames);
+          sub.sentStored(rows, i, next);
+          rowsSent += next - i;
+          i = next;
         }
         return !sub.closed;
       });

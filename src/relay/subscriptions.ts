@@ -13,63 +13,91 @@ interface Entry {
   matches: Matcher;
 }
 
-/** The index keys a filter is filed under, or undefined when it has no selective field. */
-function filterKeys(f: Filter): string[] | undefined {
-  if (f.ids) return f.ids.map((id) => 'i' + id);
-  if (f.authors) return f.authors.map((pk) => 'a' + pk);
-  if (f.tags.length) {
-    const tag = [...f.tags].sort((a, b) => a.values.length - b.values.length)[0];
-    return tag.values.map((v) => 't' + tag.name + v);
+/**
+ * Entries by key. A key most often has one entry (one subscription's author or tag value): it maps
+ * to the entry itself, and to a Set only while several share it, so filing a 500-author REQ makes
+ * no Set per author.
+ */
+class Keyed<K> {
+  private readonly slots = new Map<K, Entry | Set<Entry>>();
+
+  add(key: K, entry: Entry): void {
+    const slot = this.slots.get(key);
+    if (slot === undefined) this.slots.set(key, entry);
+    else if (slot instanceof Set) slot.add(entry);
+    else if (slot !== entry) this.slots.set(key, new Set([slot, entry]));
   }
-  if (f.kinds) return f.kinds.map((k) => 'k' + k);
-  return undefined;
+
+  delete(key: K, entry: Entry): void {
+    const slot = this.slots.get(key);
+    if (slot === entry) {
+      this.slots.delete(key);
+    } else if (slot instanceof Set && slot.delete(entry) && slot.size === 1) {
+      this.slots.set(key, slot.values().next().value!);
+    }
+  }
+
+  visit(key: K, fn: (entry: Entry) => void): void {
+    const slot = this.slots.get(key);
+    if (slot === undefined) return;
+    if (slot instanceof Set) slot.forEach(fn);
+    else fn(slot);
+  }
 }
 
-/** The keys an event can be found under: the counterpart of filterKeys. */
-function eventKeys(m: MatchableEvent): string[] {
-  const keys = ['i' + m.event.id, 'a' + m.event.pubkey, 'k' + m.event.kind];
-  for (const tagKey of m.tagKeys) keys.push('t' + tagKey);
-  return keys;
+/** Where a filter is filed: one key family and its keys (the filter's own lists where it can). */
+type Placement =
+  | { entry: Entry; family: 'ids' | 'authors' | 'tags'; keys: readonly string[] }
+  | { entry: Entry; family: 'kinds'; keys: readonly number[] }
+  | { entry: Entry; family: 'unkeyed' };
+
+/** The key family a filter is filed under: ids, else authors, else its shortest tag list, else kinds. */
+function placementOf(f: Filter, entry: Entry): Placement {
+  if (f.ids) return { entry, family: 'ids', keys: f.ids };
+  if (f.authors) return { entry, family: 'authors', keys: f.authors };
+  if (f.tags.length) {
+    let tag = f.tags[0]!;
+    for (const t of f.tags) if (t.values.length < tag.values.length) tag = t;
+    return { entry, family: 'tags', keys: tag.values.map((v) => tag.name + v) };
+  }
+  if (f.kinds) return { entry, family: 'kinds', keys: f.kinds };
+  return { entry, family: 'unkeyed' };
 }
 
 export class SubscriptionIndex {
-  private readonly byKey = new Map<string, Set<Entry>>();
+  private readonly ids = new Keyed<string>();
+  private readonly authors = new Keyed<string>();
+  /** By tag name + value, the MatchableEvent tagKeys form. */
+  private readonly tags = new Keyed<string>();
+  private readonly kinds = new Keyed<number>();
   private readonly unkeyed = new Set<Entry>();
-  private readonly filed = new Map<Subscriber, Array<{ entry: Entry; keys?: string[] }>>();
+  private readonly filed = new Map<Subscriber, Placement[]>();
 
   add(subscriber: Subscriber, filters: Filter[]): void {
-    const placements: Array<{ entry: Entry; keys?: string[] }> = [];
+    const placements: Placement[] = [];
     for (const f of filters) {
       if (matchesNothing(f)) continue;
-      const entry: Entry = { subscriber, matches: compileFilter(f) };
-      const keys = filterKeys(f);
-      if (keys) {
-        for (const key of keys) {
-          let set = this.byKey.get(key);
-          if (!set) this.byKey.set(key, (set = new Set()));
-          set.add(entry);
-        }
-      } else {
-        this.unkeyed.add(entry);
-      }
-      placements.push({ entry, keys });
+      const placement = placementOf(f, { subscriber, matches: compileFilter(f) });
+      this.apply(placement, 'add');
+      placements.push(placement);
     }
     this.filed.set(subscriber, placements);
   }
 
   remove(subscriber: Subscriber): void {
-    for (const { entry, keys } of this.filed.get(subscriber) ?? []) {
-      if (!keys) {
-        this.unkeyed.delete(entry);
-        continue;
-      }
-      for (const key of keys) {
-        const set = this.byKey.get(key);
-        set?.delete(entry);
-        if (set?.size === 0) this.byKey.delete(key);
-      }
-    }
+    for (const placement of this.filed.get(subscriber) ?? []) this.apply(placement, 'delete');
     this.filed.delete(subscriber);
+  }
+
+  private apply(p: Placement, op: 'add' | 'delete'): void {
+    if (p.family === 'unkeyed') {
+      if (op === 'add') this.unkeyed.add(p.entry);
+      else this.unkeyed.delete(p.entry);
+    } else if (p.family === 'kinds') {
+      for (const key of p.keys) this.kinds[op](key, p.entry);
+    } else {
+      for (const key of p.keys) this[p.family][op](key, p.entry);
+    }
   }
 
   /** Every subscriber with at least one filter matching the event, each once. */
@@ -78,7 +106,10 @@ export class SubscriptionIndex {
     const consider = (entry: Entry) => {
       if (!found.has(entry.subscriber) && entry.matches(m)) found.add(entry.subscriber);
     };
-    for (const key of eventKeys(m)) this.byKey.get(key)?.forEach(consider);
+    this.ids.visit(m.event.id, consider);
+    this.authors.visit(m.event.pubkey, consider);
+    this.kinds.visit(m.event.kind, consider);
+    for (const tagKey of m.tagKeys) this.tags.visit(tagKey, consider);
     this.unkeyed.forEach(consider);
     return found;
   }
