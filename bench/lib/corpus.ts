@@ -45,11 +45,14 @@ function hexFrom(seed: string): string {
   return createHash('sha256').update(seed).digest('hex');
 }
 
+/** The pubkey of the author of this popularity rank (0: the most active) in the corpus of this seed. */
+export const corpusAuthor = (seed: number, rank: number): string => hexFrom(`author:${seed}:${rank}`);
+
 export function* generateCorpus(o: CorpusOptions, manifest: Manifest): Generator<NostrEvent> {
   const random = prng(o.seed);
   const authorRank = zipf(o.authors, 0.95, random);
   const hashtagRank = zipf(5000, 1.05, random);
-  const pubkeys = Array.from({ length: o.authors }, (_, i) => hexFrom(`author:${o.seed}:${i}`));
+  const pubkeys = Array.from({ length: o.authors }, (_, i) => corpusAuthor(o.seed, i));
   const hashtag = (rank: number) => TOP_HASHTAGS[rank] ?? `tag${rank}`;
   const recentNotes: string[][] = Array.from({ length: o.authors }, () => []); // per author, newest last
   const references = new Map<string, number>(); // e-references to notes of the 200 most active authors

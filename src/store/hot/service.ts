@@ -50,7 +50,7 @@ export interface HotTierStats {
 }
 
 /** A stored row as the store would prepare it, without the search words (the tier never searches). */
-function prepareStored(raw: string): PreparedEvent {
+export function prepareStored(raw: string): PreparedEvent {
   const event = JSON.parse(raw) as NostrEvent;
   const cls = kindClass(event.kind);
   return {

@@ -24,15 +24,18 @@ export interface HotTierOptions {
 const MAX_AUTHOR_KIND_PAIRS = 4096;
 
 /**
- * Estimated heap bytes of one held event, measured on Node 20 x64 (8-byte pointers) with 1000-byte
- * events: 350 for the HeldEvent, its id, its Map entry and its slots in the all, kind, author and
- * author+kind lists; the raw JSON; with indexed tags, 150 for the tagKeys Set and about 50 per tag
- * (11 for a value other events have too, 130 for a value only this one has: the key string and
- * its Map entry).
+ * Estimated heap bytes of one held event, measured on Node 20 x64 (8-byte pointers): 350 for the
+ * HeldEvent, its id, its Map entry and its slots in the all, kind, author and author+kind lists;
+ * the raw JSON; with indexed tags, 150 for the tagKeys Set and about 120 per tag. A tag value other
+ * events have too costs ~11 bytes (a slot in its list), one only this event has ~130 (its key string
+ * and Map entry), and in a real corpus most are the latter (a reply's `e`, a mention's `p`): 120
+ * brings the estimate to what `npm run bench:hot-memory` measures on the 1M bench corpus (1,352
+ * bytes per event, 627-character JSON, 2 tags; 50 per tag estimated 11 % less), and errs high
+ * where values are shared.
  */
 const EVENT_BYTES = 350;
 const TAG_SET_BYTES = 150;
-const TAG_BYTES = 50;
+const TAG_BYTES = 120;
 
 export function heldBytes(raw: string, tagCount: number): number {
   // V8 keeps a string of Latin-1 characters at one byte each, any other at two: non-ASCII is
