@@ -42,7 +42,9 @@ const rows = Array.from({ length: count }, (_, i) => ({ raw: fakeEvent(i, eventB
 const wss = new WebSocketServer({ host: '127.0.0.1', port: Number(values.port), perMessageDeflate: false });
 wss.on('connection', (ws, req) => {
   const socket = req.socket;
+  ws.on('error', () => ws.terminate()); // a client gone mid-answer (k6 closes its sockets at the end of a step)
   ws.on('message', (data) => {
+    if (ws.readyState !== ws.OPEN) return;
     const text = data.toString();
     if (!text.startsWith('["REQ",')) return; // CLOSE and the rest need no answer here
     const subId = JSON.parse(text)[1] as string;
