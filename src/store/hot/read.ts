@@ -6,8 +6,6 @@ import type { Filter } from '../../nostr/filter.js';
 import { streamEvents, type StoredRow } from '../read.js';
 import { inResultOrder, type HotTierService } from './service.js';
 
-const BATCH_ROWS = 256;
-
 export type Answered = 'memory' | 'database' | 'mixed';
 
 export async function streamStored(
@@ -29,6 +27,7 @@ export async function streamStored(
     await streamEvents(await database(), plan.rest, now, (batch) => (more.push(...batch), true));
     rows = inResultOrder([...rows, ...more]);
   }
-  for (let i = 0; i < rows.length; i += BATCH_ROWS) if (!(await onRows(rows.slice(i, i + BATCH_ROWS)))) break;
+  // In one call: the caller sends it in chunks, checking the client's backlog before each.
+  await onRows(rows);
   return plan.rest.length ? 'mixed' : 'memory';
 }

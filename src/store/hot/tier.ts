@@ -162,7 +162,7 @@ export class HotTier {
       if (e.created_at < since) break;
       if (!trusted && e.created_at < this.start) return undefined; // the rest may be in PostgreSQL only
       if ((e.expiresAt === null || e.expiresAt > now) && matches(e)) {
-        out.push({ id: e.id, raw: e.raw });
+        out.push(e); // a StoredRow as it is (id, raw): a row object per event would only be garbage
         if (out.length >= filter.limit) return out;
       }
     }
