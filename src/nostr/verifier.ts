@@ -10,8 +10,9 @@ import { packageRoot } from '../paths.js';
 
 const MAX_BATCH = 64;
 
-// Workers load compiled JavaScript: the build of this file (tests run `npm run build` first).
-const WORKER = path.join(packageRoot(), 'dist/src/nostr/verify-worker.js');
+// Workers load compiled JavaScript: the build of this file (tests run `npm run build` first), through
+// a CommonJS entry (verify-worker-entry.cts says why).
+const WORKER = path.join(packageRoot(), 'dist/src/nostr/verify-worker-entry.cjs');
 
 interface Waiting {
   event: NostrEvent;
