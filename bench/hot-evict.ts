@@ -19,6 +19,7 @@ import { prepareEvent } from '../src/store/prepared-event.js';
 import { writeBatch } from '../src/store/write.js';
 import { corpusAuthor, generateCorpus, type Manifest } from './lib/corpus.js';
 import { startRelayProcess, waitForHotTier, type RelayProcess } from './lib/relay-process.js';
+import { parsePrometheusText, total } from './lib/soak-metrics.js';
 import { ms, summarize } from './lib/stats.js';
 import { loadAverage, machineDescription } from './load/system.js';
 
@@ -52,8 +53,8 @@ const sleep = (msec: number) => new Promise<void>((r) => setTimeout(r, msec));
 
 /** The relay's gauges and the event-loop delay p99 since the last scrape. */
 async function scrape(relay: RelayProcess): Promise<{ held: number; lagP99Ms: number }> {
-  const text = await (await fetch(relay.url.replace(/^ws/, 'http') + '/metrics')).text();
-  const value = (name: string) => Number(new RegExp(`^${name}(?:\\{[^}]*\\})? (\\S+)$`, 'm').exec(text)?.[1] ?? NaN);
+  const series = parsePrometheusText(await (await fetch(relay.url.replace(/^ws/, 'http') + '/metrics')).text());
+  const value = (name: string) => total(series, name) ?? NaN;
   return { held: value('pgrelay_hot_tier_events'), lagP99Ms: value('nodejs_eventloop_lag_p99_seconds') * 1000 };
 }
 

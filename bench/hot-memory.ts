@@ -8,7 +8,8 @@ import { parseArgs } from 'node:util';
 import { loadConfig } from '../src/config.js';
 import { createLogger } from '../src/log.js';
 import { createPool, openDatabase } from '../src/store/database.js';
-import { prepareStored } from '../src/store/hot/service.js';
+import { newestPage, type PageEnd } from '../src/store/hot/service.js';
+import { prepareStored } from '../src/store/prepared-event.js';
 import { HotTier } from '../src/store/hot/tier.js';
 
 const { values } = parseArgs({ options: { events: { type: 'string', default: '300000' }, help: { type: 'boolean', default: false } } });
@@ -35,23 +36,18 @@ async function main(): Promise<void> {
     const before = heapAfterGc();
     let rawChars = 0;
     let tags = 0;
-    let after: { createdAt: string; id: Buffer } | undefined;
+    let after: PageEnd | undefined;
     for (let held = 0; held < wanted; ) {
-      const { rows } = await pool.query<{ raw: string; created_at: string; id: Buffer }>(
-        after
-          ? `SELECT raw, created_at, id FROM events WHERE created_at < $1 OR (created_at = $1 AND id > $2) ORDER BY created_at DESC, id LIMIT $3`
-          : `SELECT raw, created_at, id FROM events ORDER BY created_at DESC, id LIMIT $1`,
-        after ? [after.createdAt, after.id, Math.min(10_000, wanted - held)] : [Math.min(10_000, wanted - held)],
-      );
+      const rows = await newestPage(pool, after, Math.min(10_000, wanted - held));
       if (rows.length === 0) break;
-      const page = rows.map((r) => prepareStored(r.raw));
+      const page = rows.map((r) => prepareStored(r.raw, false));
       for (const p of page) {
         rawChars += p.raw.length;
         tags += p.tags.length;
       }
       tier.addOlder(page, false);
       held += rows.length;
-      after = { createdAt: rows[rows.length - 1]!.created_at, id: rows[rows.length - 1]!.id };
+      after = { createdAt: Number(rows[rows.length - 1]!.created_at), id: rows[rows.length - 1]!.id };
     }
     const measured = heapAfterGc() - before;
     const n = tier.size;

@@ -23,6 +23,7 @@ import * as secp from 'tiny-secp256k1';
 import WebSocket from 'ws';
 import { computeEventId, type NostrEvent } from '../../src/nostr/event.js';
 import { matchFilter, parseFilter, type Filter } from '../../src/nostr/filter.js';
+import { parsePrometheusText, total } from './soak-metrics.js';
 
 // ---------------------------------------------------------------------------------------------
 // Keys and signing
@@ -962,8 +963,8 @@ async function metricsText(relayUrl: string): Promise<string> {
 
 /** A metric's value; `fallback` when the relay does not have it (else an error). */
 function metricValue(text: string, name: string, fallback?: number): number {
-  const m = new RegExp(`^${name}(?:\\{[^}]*\\})? (\\S+)`, 'm').exec(text);
-  if (m) return Number(m[1]);
+  const value = total(parsePrometheusText(text), name);
+  if (value !== null) return value;
   if (fallback === undefined) throw new Error(`${name} is not in /metrics`);
   return fallback;
 }

@@ -1,6 +1,7 @@
 // One client connection: NIP-01 messages in, replies out. Owns the connection's subscriptions.
 import { randomBytes } from 'node:crypto';
 import type { Duplex } from 'node:stream';
+import type pg from 'pg';
 import type { WebSocket } from 'ws';
 import { claimedId, parseEvent, type Checked } from '../nostr/event.js';
 import { parseFilter, type Filter } from '../nostr/filter.js';
@@ -18,7 +19,7 @@ import { streamStored, type Answered } from '../store/hot/read.js';
 import { countWithHll, type StoredRow } from '../store/read.js';
 import { needsPreparing, prepareSearch } from '../store/search.js';
 import { nowSeconds, type RelayContext } from './context.js';
-import { eventFrames, eventPrefix } from './frames.js';
+import { eventFrames, eventPrefix, FRAME_CHUNK_BYTES } from './frames.js';
 import { ingestEvent } from './ingest.js';
 import { NegentropySessions } from './negentropy.js';
 import type { ConnectionBudget } from './rate-limit.js';
@@ -96,21 +97,12 @@ class Subscription implements Subscriber {
     const sent = this.sent!;
     this.sent = undefined;
     this.connection.send(eoseMessage(this.id));
-    if (this.queued.length > 0) {
-      const stored = new Set(sent);
-      for (const { id, raw } of this.queued) if (!stored.has(id)) this.connection.send(eventMessage(this.id, raw));
-      this.queued = [];
-      this.recent = stored;
-    } else {
-      this.recent = sent;
-    }
-    if (sent.length === 0) return void (this.recent = undefined);
-    feed.afterNextRead(() => (this.recent = undefined));
+    if (sent.length > 0) this.recent = sent;
+    for (const { id, raw } of this.queued) if (!this.sentRecently(id)) this.connection.send(eventMessage(this.id, raw));
+    this.queued = [];
+    if (this.recent) feed.afterNextRead(() => (this.recent = undefined));
   }
 }
-
-/** Stored events are framed and written in chunks of about this many bytes (frames.ts). */
-const STORED_CHUNK_BYTES = 128 * 1024;
 
 export class Connection {
   private readonly subscriptions = new Map<string, Subscription>();
@@ -425,19 +417,14 @@ export class Connection {
     let answered: Answered;
     try {
       // The hot tier answers what lies inside its window; the database the rest (store/hot/read.ts).
-      const database = async () => {
-        const { pool, target } = await this.ctx.reads.route(); // after add(): see store/replicas.ts
-        this.ctx.metrics.read(target);
-        return pool;
-      };
-      answered = await streamStored(this.ctx.tier, database, filters, nowSeconds(), async (rows) => {
+      answered = await streamStored(this.ctx.tier, () => this.readPool(), filters, nowSeconds(), async (rows) => {
         for (let i = 0; i < rows.length; ) {
           // Drain before each chunk, not each batch: a batch of large events (256 × up to
           // maxMessageBytes) can exceed maxBufferedBytes and cut off a client that is reading.
           // Checked without awaiting when there is room, so a batch goes out in one tick.
           if (this.backlogged && !(await this.drained())) return false;
           if (sub.closed || !this.writable) return false;
-          const { frames, next } = eventFrames(sub.prefix, rows, i, STORED_CHUNK_BYTES);
+          const { frames, next } = eventFrames(sub.prefix, rows, i, FRAME_CHUNK_BYTES);
           this.socket.write(frames);
           sub.sentStored(rows, i, next);
           rowsSent += next - i;
@@ -458,10 +445,15 @@ export class Connection {
     this.ctx.metrics.reqAnswered(performance.now() - started, rowsSent);
   }
 
-  private async countInDatabase(filters: Filter[], now: number, hllOffset: number | undefined): Promise<{ count: number; hll?: string }> {
+  /** Where a REQ's or COUNT's database part runs (store/replicas.ts); a REQ asks after add(), see there. */
+  private async readPool(): Promise<pg.Pool> {
     const { pool, target } = await this.ctx.reads.route();
     this.ctx.metrics.read(target);
-    return countWithHll(pool, filters, now, hllOffset);
+    return pool;
+  }
+
+  private async countInDatabase(filters: Filter[], now: number, hllOffset: number | undefined): Promise<{ count: number; hll?: string }> {
+    return countWithHll(await this.readPool(), filters, now, hllOffset);
   }
 
   /** NIP-45: one count for the union of the filters; no subscription is kept. */

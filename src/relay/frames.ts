@@ -4,6 +4,9 @@
 // `["EVENT",sub,raw]` string and two stream chunks per event; here each event's JSON is encoded
 // once, into its place, and a chunk of events leaves in one socket write.
 
+/** Stored events are framed and written in chunks of about this many bytes. */
+export const FRAME_CHUNK_BYTES = 128 * 1024;
+
 /** `["EVENT",<sub id as JSON>,` as bytes: what every frame of one subscription starts with. */
 export function eventPrefix(subId: string): Buffer {
   return Buffer.from(`["EVENT",${JSON.stringify(subId)},`, 'utf8');

@@ -24,7 +24,7 @@ import type { Logger } from '../log.js';
 import type { NostrEvent } from '../nostr/event.js';
 import type { ChangeStream } from './changes.js';
 import { lsnValue } from './lsn.js';
-import { prepareEvent, type PreparedEvent } from './prepared-event.js';
+import { prepareEvent, prepareStored, type PreparedEvent } from './prepared-event.js';
 import type { OwnTransactions } from './write.js';
 
 const EVENTS_CHANNEL = 'pgrelay_events';
@@ -272,7 +272,7 @@ export class ChangeFeed implements OwnTransactions {
   /** A stored row as the writer would have announced it, sent exactly as stored. */
   private parse(raw: string): PreparedEvent | undefined {
     try {
-      return { ...prepareEvent(JSON.parse(raw) as NostrEvent), raw };
+      return prepareStored(raw);
     } catch (err) {
       // Only a row written around the relay (psql) can be unreadable; it must not stop the feed.
       this.log.warn({ err: (err as Error).message }, 'live feed: a stored event could not be read, not delivered');

@@ -20,15 +20,28 @@ export interface PreparedEvent {
 }
 
 export function prepareEvent(event: NostrEvent): PreparedEvent {
+  return prepared(event, canonicalEventJson(event), searchDocument(event));
+}
+
+/**
+ * A row read back from the events table: `raw` is its stored JSON, kept as it is (never serialised
+ * again); its search words only when `withSearch` (the hot tier never searches, and skips them).
+ */
+export function prepareStored(raw: string, withSearch = true): PreparedEvent {
+  const event = JSON.parse(raw) as NostrEvent;
+  return prepared(event, raw, withSearch ? searchDocument(event) : undefined);
+}
+
+function prepared(event: NostrEvent, raw: string, search: SearchDocument | undefined): PreparedEvent {
   const cls = kindClass(event.kind);
   return {
     event,
-    raw: canonicalEventJson(event),
+    raw,
     kindClass: cls,
     dTag: cls === 'replaceable' ? '' : cls === 'addressable' ? dTagOf(event.tags) : null,
     expiresAt: expirationOf(event.tags) ?? null,
     tags: indexedTags(event.tags),
-    search: searchDocument(event),
+    search,
   };
 }
 

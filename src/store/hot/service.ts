@@ -13,14 +13,11 @@
 //   the same id (pruned, then published again): such ids are checked against the database.
 import type pg from 'pg';
 import type { Logger } from '../../log.js';
-import type { NostrEvent } from '../../nostr/event.js';
-import { kindClass } from '../../nostr/kinds.js';
-import { dTagOf, expirationOf, indexedTags } from '../../nostr/tags.js';
 import type { Filter } from '../../nostr/filter.js';
 import type { Change, ChangeStream } from '../changes.js';
 import type { ChangeFeed } from '../feed.js';
 import { REMOVALS_KEEP_MINUTES } from '../feed.js';
-import type { PreparedEvent } from '../prepared-event.js';
+import { prepareStored, type PreparedEvent } from '../prepared-event.js';
 import type { StoredRow } from '../read.js';
 import { HotTier } from './tier.js';
 
@@ -49,19 +46,21 @@ export interface HotTierStats {
   filling: boolean;
 }
 
-/** A stored row as the store would prepare it, without the search words (the tier never searches). */
-export function prepareStored(raw: string): PreparedEvent {
-  const event = JSON.parse(raw) as NostrEvent;
-  const cls = kindClass(event.kind);
-  return {
-    event,
-    raw,
-    kindClass: cls,
-    dTag: cls === 'replaceable' ? '' : cls === 'addressable' ? dTagOf(event.tags) : null,
-    expiresAt: expirationOf(event.tags) ?? null,
-    tags: indexedTags(event.tags),
-    search: undefined,
-  };
+/** Where a page of newestPage ended: the next page starts after this row. */
+export interface PageEnd {
+  createdAt: number;
+  id: Buffer;
+}
+
+/** Stored rows newest first (created_at DESC, id ASC: the tier's order), after `after` (keyset). */
+export async function newestPage(pool: pg.Pool, after: PageEnd | undefined, limit: number): Promise<Array<{ raw: string; created_at: string; id: Buffer }>> {
+  const { rows } = await pool.query<{ raw: string; created_at: string; id: Buffer }>(
+    after
+      ? `SELECT raw, created_at, id FROM events WHERE created_at < $1 OR (created_at = $1 AND id > $2) ORDER BY created_at DESC, id LIMIT $3`
+      : `SELECT raw, created_at, id FROM events ORDER BY created_at DESC, id LIMIT $1`,
+    after ? [after.createdAt, after.id, limit] : [limit],
+  );
+  return rows;
 }
 
 export class HotTierService {
@@ -204,22 +203,17 @@ export class HotTierService {
     this.filling = true;
     this.log.info({ budgetMegabytes: Math.round(this.budgetBytes / 2 ** 20) }, 'hot tier filling');
     const started = Date.now();
-    let after: { createdAt: number; id: Buffer } | undefined;
+    let after: PageEnd | undefined;
     try {
       while (!this.stopped && generation === this.fillGeneration && this.tier.bytes < this.budgetBytes) {
         this.removedDuringPage = new Set();
         this.addedDuringPage = [];
-        const { rows } = await this.pool.query<{ raw: string; created_at: string; id: Buffer }>(
-          after
-            ? `SELECT raw, created_at, id FROM events WHERE created_at < $1 OR (created_at = $1 AND id > $2) ORDER BY created_at DESC, id LIMIT $3`
-            : `SELECT raw, created_at, id FROM events ORDER BY created_at DESC, id LIMIT $1`,
-          after ? [after.createdAt, after.id, FILL_PAGE_ROWS] : [FILL_PAGE_ROWS],
-        );
+        const rows = await newestPage(this.pool, after, FILL_PAGE_ROWS);
         if (generation !== this.fillGeneration) return;
         const removed = this.removedDuringPage;
         const added = this.addedDuringPage;
         this.removedDuringPage = this.addedDuringPage = undefined;
-        const page = rows.filter((r) => !removed.has(r.id.toString('hex'))).map((r) => prepareStored(r.raw));
+        const page = rows.filter((r) => !removed.has(r.id.toString('hex'))).map((r) => prepareStored(r.raw, false));
         const end = rows.length < FILL_PAGE_ROWS;
         this.tier.addOlder(page, end);
         if (!end) this.boundary = Number(rows[rows.length - 1].created_at);

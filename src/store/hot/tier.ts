@@ -29,9 +29,9 @@ const MAX_AUTHOR_KIND_PAIRS = 4096;
  * the raw JSON; with indexed tags, 150 for the tagKeys Set and about 120 per tag. A tag value other
  * events have too costs ~11 bytes (a slot in its list), one only this event has ~130 (its key string
  * and Map entry), and in a real corpus most are the latter (a reply's `e`, a mention's `p`): 120
- * brings the estimate to what `npm run bench:hot-memory` measures on the 1M bench corpus (1,352
- * bytes per event, 627-character JSON, 2 tags; 50 per tag estimated 11 % less), and errs high
- * where values are shared.
+ * brings the estimate near what `npm run bench:hot-memory` measures on the 1M bench corpus
+ * (1,352–1,396 bytes per event, 627-character JSON, 2 tags; 50 per tag estimated 11 % less), and
+ * errs high where values are shared.
  */
 const EVENT_BYTES = 350;
 const TAG_SET_BYTES = 150;
