@@ -6,7 +6,7 @@
 // client and the machine put on any relay measured with that mix on the same machine.
 import { parseArgs } from 'node:util';
 import { WebSocketServer } from 'ws';
-import { eventFrames, eventPrefix, FRAME_CHUNK_BYTES } from '../src/relay/frames.js';
+import { eventPrefix, writeEventFrames } from '../src/relay/frames.js';
 
 const HELP = `usage: npm run bench:stub-relay -- [options]
 
@@ -49,11 +49,7 @@ wss.on('connection', (ws, req) => {
     if (!text.startsWith('["REQ",')) return; // CLOSE and the rest need no answer here
     const subId = JSON.parse(text)[1] as string;
     const prefix = eventPrefix(subId);
-    for (let i = 0; i < rows.length; ) {
-      const { frames, next } = eventFrames(prefix, rows, i, FRAME_CHUNK_BYTES);
-      socket.write(frames);
-      i = next;
-    }
+    for (let i = 0; i < rows.length; ) i = writeEventFrames(socket, prefix, rows, i);
     ws.send(JSON.stringify(['EOSE', subId]));
   });
 });

@@ -19,7 +19,7 @@ import { streamStored, type Answered } from '../store/hot/read.js';
 import { countWithHll, type StoredRow } from '../store/read.js';
 import { needsPreparing, prepareSearch } from '../store/search.js';
 import { nowSeconds, type RelayContext } from './context.js';
-import { eventFrames, eventPrefix, FRAME_CHUNK_BYTES } from './frames.js';
+import { eventPrefix, writeEventFrames } from './frames.js';
 import { ingestEvent } from './ingest.js';
 import { NegentropySessions } from './negentropy.js';
 import type { ConnectionBudget } from './rate-limit.js';
@@ -424,8 +424,7 @@ export class Connection {
           // Checked without awaiting when there is room, so a batch goes out in one tick.
           if (this.backlogged && !(await this.drained())) return false;
           if (sub.closed || !this.writable) return false;
-          const { frames, next } = eventFrames(sub.prefix, rows, i, FRAME_CHUNK_BYTES);
-          this.socket.write(frames);
+          const next = writeEventFrames(this.socket, sub.prefix, rows, i);
           sub.sentStored(rows, i, next);
           rowsSent += next - i;
           i = next;

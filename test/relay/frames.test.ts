@@ -1,10 +1,12 @@
 // Stored events are framed by the relay itself (relay/frames.ts), not by ws: the frames must be
 // what ws's own Receiver reads as the same text messages, at every payload-length encoding (7, 16 and
 // 64 bits) and with non-ASCII text; and a REQ's answer over a real socket must arrive intact.
+import { once } from 'node:events';
 import { createRequire } from 'node:module';
+import net from 'node:net';
 import type { Writable } from 'node:stream';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { eventFrames, eventPrefix } from '../../src/relay/frames.js';
+import { eventFrames, eventPrefix, writeEventFrames } from '../../src/relay/frames.js';
 import { TestClient } from '../support/client.js';
 import { newSigner, now } from '../support/keys.js';
 import { startTestRelay, type TestRelay } from '../support/relay.js';
@@ -62,6 +64,83 @@ describe('eventFrames', () => {
     }
     expect(ends).toEqual([3, 7, 8]); // 40 + 300 < 1000, + 5000 reaches it; 3 × 200 < 1000, + 90000; 50
     expect(read(chunks).map((m) => m.text)).toEqual(rows.map((r) => message(subId, r.raw)));
+  });
+});
+
+describe('eventFrames with known lengths, into a given buffer', () => {
+  const subId = 's';
+  const prefix = eventPrefix(subId);
+
+  it('frames ASCII (copied as Latin-1) and non-ASCII events whose UTF-8 length is given', () => {
+    const raws = ['{"a":1}', JSON.stringify({ c: 'ñ 日本語 🎉' }), rawOfMessageBytes(subId, 70000), JSON.stringify({ c: 'é'.repeat(40000) })];
+    const rows = raws.map((raw) => ({ raw, rawBytes: Buffer.byteLength(raw, 'utf8') }));
+    const into = Buffer.alloc(1 << 20, 0xee);
+    const { frames, next } = eventFrames(prefix, rows, 0, Infinity, into);
+    expect(next).toBe(rows.length);
+    expect(frames.buffer).toBe(into.buffer); // encoded in place
+    expect(read([frames]).map((m) => m.text)).toEqual(raws.map((raw) => message(subId, raw)));
+  });
+
+  it('allocates its own buffer when the given one is too small', () => {
+    const rows = [{ raw: rawOfMessageBytes(subId, 5000) }];
+    const into = Buffer.alloc(100);
+    const { frames } = eventFrames(prefix, rows, 0, Infinity, into);
+    expect(frames.buffer).not.toBe(into.buffer);
+    expect(read([frames]).map((m) => m.text)).toEqual([message(subId, rows[0]!.raw)]);
+  });
+});
+
+describe('writeEventFrames', () => {
+  const subId = 'w';
+  const prefix = eventPrefix(subId);
+
+  /** A connected TCP pair on loopback; the server side collects what it reads. */
+  async function pair(): Promise<{ client: net.Socket; server: net.Socket; received: Buffer[]; close: () => void }> {
+    const listener = net.createServer();
+    listener.listen(0, '127.0.0.1');
+    await once(listener, 'listening');
+    const accepted = once(listener, 'connection') as Promise<[net.Socket]>;
+    const client = net.connect((listener.address() as net.AddressInfo).port, '127.0.0.1');
+    await once(client, 'connect');
+    const [server] = await accepted;
+    const received: Buffer[] = [];
+    server.on('data', (b: Buffer) => received.push(b));
+    return { client, server, received, close: () => (client.destroy(), server.destroy(), listener.close()) };
+  }
+
+  /** Writes every row, as the relay does, chunk after chunk in one turn; resolves with what the other end read. */
+  async function writeAll(rows: Array<{ raw: string; rawBytes?: number }>, readerPaused: boolean): Promise<string[]> {
+    const { client, server, received, close } = await pair();
+    try {
+      if (readerPaused) server.pause();
+      for (let i = 0; i < rows.length; ) i = writeEventFrames(client, prefix, rows, i);
+      const total = rows.reduce((n, r) => n + Buffer.byteLength(message(subId, r.raw)), 0);
+      if (readerPaused) {
+        expect(client.writableLength).toBeGreaterThan(0); // the kernel did not take it all: writes were left pending
+        server.resume();
+      }
+      // Each frame's header is 2, 4 or 10 bytes: wait for at least the payloads.
+      while (received.reduce((n, b) => n + b.length, 0) < total + 2 * rows.length) await new Promise((r) => setTimeout(r, 10));
+      await new Promise((r) => setTimeout(r, 50));
+      return read(received).map((m) => m.text);
+    } finally {
+      close();
+    }
+  }
+
+  // Distinct events, so a chunk encoded over another still waiting to be sent would show.
+  const rows = Array.from({ length: 4000 }, (_, i) => {
+    const raw = JSON.stringify({ n: i, c: (i % 7 === 0 ? 'ü' : 'x').repeat(1000 + (i % 300)) });
+    return { raw, rawBytes: Buffer.byteLength(raw, 'utf8') };
+  });
+
+  it('leaves a buffer to the write still holding it: every event arrives intact when the reader lags (~4 MB queued)', async () => {
+    expect(await writeAll(rows, true)).toEqual(rows.map((r) => message(subId, r.raw)));
+  });
+
+  it('arrives intact when the reader keeps up (the buffer is reused chunk after chunk)', async () => {
+    const few = rows.slice(0, 300);
+    expect(await writeAll(few, false)).toEqual(few.map((r) => message(subId, r.raw)));
   });
 });
 

@@ -27,8 +27,8 @@ export class HeldEvent implements NostrEvent, MatchableEvent {
     readonly expiresAt: number | null,
     /** kind:pubkey:d for a replaceable or addressable event, else null: at most one held per key. */
     readonly key: string | null,
-    /** Its share of HotTier.bytes, so that dropping it takes back what holding it added. */
-    readonly bytes: number,
+    /** The length of `raw` in UTF-8: framing it needs no scan (relay/frames.ts), and HotTier.bytes counts it. */
+    readonly rawBytes: number,
   ) {}
 
   get event(): NostrEvent {

@@ -11,7 +11,7 @@ import { compileFilter, matchesNothing, type Filter, type Matcher } from '../../
 import type { PreparedEvent } from '../prepared-event.js';
 import type { StoredRow } from '../read.js';
 import { HeldEvent, newerFirst } from './held-event.js';
-import { NewestFirst, type Run } from './merge.js';
+import { NewestFirst, Run } from './merge.js';
 import { SortedList } from './sorted-list.js';
 import { entrySize, TagIndex } from './tag-index.js';
 
@@ -37,11 +37,16 @@ const EVENT_BYTES = 350;
 const TAG_SET_BYTES = 150;
 const TAG_BYTES = 120;
 
-export function heldBytes(raw: string, tagCount: number): number {
+export function heldBytes(raw: string, tagCount: number, rawBytes = Buffer.byteLength(raw, 'utf8')): number {
   // V8 keeps a string of Latin-1 characters at one byte each, any other at two: non-ASCII is
-  // counted as two (Buffer.byteLength is a fast native scan).
-  const charBytes = Buffer.byteLength(raw, 'utf8') === raw.length ? 1 : 2;
+  // counted as two.
+  const charBytes = rawBytes === raw.length ? 1 : 2;
   return EVENT_BYTES + charBytes * raw.length + (tagCount > 0 ? TAG_SET_BYTES + TAG_BYTES * tagCount : 0);
+}
+
+/** What holding this event added to HotTier.bytes. */
+function bytesOf(e: HeldEvent): number {
+  return heldBytes(e.raw, e.tagKeys.size, e.rawBytes);
 }
 
 /** One Set for every event without indexed tags (about 150 bytes each otherwise); never added to. */
@@ -213,11 +218,10 @@ export class HotTier {
     if (!author) this.byAuthor.set(event.pubkey, (author = { all: new SortedList(event.pubkey), byKind: new Map() }));
     const tagKeys = p.tags.length === 0 ? NO_TAG_KEYS : new Set<string>();
     for (const [name, value] of p.tags) tagKeys.add(this.byTag.keyOf(name, value));
-    const bytes = heldBytes(p.raw, tagKeys.size);
-    const e = new HeldEvent(event.id, author.all.key, event.created_at, event.kind, p.raw, tagKeys, p.expiresAt, key, bytes);
+    const e = new HeldEvent(event.id, author.all.key, event.created_at, event.kind, p.raw, tagKeys, p.expiresAt, key, Buffer.byteLength(p.raw, 'utf8'));
     this.byId.set(e.id, e);
     if (key !== null) this.byKey.set(key, e);
-    this.heldBytesTotal += bytes;
+    this.heldBytesTotal += bytesOf(e);
 
     put(this.all, e, oldest);
     put(author.all, e, oldest);
@@ -231,7 +235,7 @@ export class HotTier {
     e.alive = false;
     this.byId.delete(e.id);
     if (e.key !== null && this.byKey.get(e.key) === e) this.byKey.delete(e.key);
-    this.heldBytesTotal -= e.bytes;
+    this.heldBytesTotal -= bytesOf(e);
 
     release(this.all);
     const author = this.byAuthor.get(e.pubkey)!;
@@ -264,11 +268,18 @@ export class HotTier {
         if (e) found.push(e);
       }
       found.sort((a, b) => (newerFirst(a, b) ? 1 : -1)); // list order: oldest first
-      const runs = [{ items: found, next: found.length - 1, floor: 0 }];
+      const runs = [new Run(found, found.length - 1, 0)];
       return { runs, matches: compileFilter({ ...f, ids: undefined }), complete: found.length === f.ids.length };
     }
     const { sources, ensured } = this.narrowestSources(f);
     return { runs: sources.map((source) => runOf(source, f.until)), matches: compileFilter(ensured), complete: false };
+  }
+
+  /** The kinds are at least half of the held events. */
+  private mostlyOfKinds(kinds: number[]): boolean {
+    let n = 0;
+    for (const kind of kinds) n += this.byKind.get(kind)?.size ?? 0;
+    return 2 * n >= this.all.size;
   }
 
   /**
@@ -288,7 +299,9 @@ export class HotTier {
     if (f.authors) {
       const lists: SortedList[] = [];
       let size = 0;
-      const kinds = f.kinds && f.authors.length * f.kinds.length <= MAX_AUTHOR_KIND_PAIRS ? f.kinds : undefined;
+      // Per kind, unless the kinds are at least half of what is held (a feed's notes and reposts):
+      // then an author's one list, read at most ~2x as far, costs half the lookups and merge runs.
+      const kinds = f.kinds && f.authors.length * f.kinds.length <= MAX_AUTHOR_KIND_PAIRS && !this.mostlyOfKinds(f.kinds) ? f.kinds : undefined;
       for (const pubkey of f.authors) {
         const author = this.byAuthor.get(pubkey);
         if (!author) continue;
@@ -360,6 +373,6 @@ function releaseIn<K>(lists: Map<K, SortedList>, key: K): void {
 
 /** A list (or a tag value's one event) read newest first from `until` (inclusive) down. */
 function runOf(source: Source, until: number | undefined): Run {
-  if (!(source instanceof SortedList)) return { items: [source], next: until === undefined || source.created_at <= until ? 0 : -1, floor: 0 };
-  return { items: source.items, next: until === undefined ? source.items.length - 1 : source.lastAtOrBefore(until), floor: source.start };
+  if (!(source instanceof SortedList)) return new Run([source], until === undefined || source.created_at <= until ? 0 : -1, 0);
+  return new Run(source.items, until === undefined ? source.items.length - 1 : source.lastAtOrBefore(until), source.start);
 }
