@@ -1,5 +1,5 @@
 // NIP-01 filters: parsing with the relay's limits, and in-memory matching for live events.
-import { HEX64, type Checked, type NostrEvent } from './event.js';
+import { isHex64, type Checked, type NostrEvent } from './event.js';
 import * as reason from './reason.js';
 import { compileSearch, MAX_SEARCH_LENGTH, parseSearch, searchDocument, type CompiledSearch, type ParsedSearch, type SearchDocument } from './search.js';
 import { indexedTags, isIndexableTagName, isIndexableTagValue } from './tags.js';
@@ -62,7 +62,7 @@ function hexList(key: string, v: unknown, limits: FilterLimits): Checked<string[
   if (v.length > limits.maxValuesPerArray)
     return { ok: false, reason: reason.invalid(`"${key}" has more than ${limits.maxValuesPerArray} values`) };
   for (const x of v) {
-    if (typeof x !== 'string' || !HEX64.test(x))
+    if (typeof x !== 'string' || !isHex64(x))
       return { ok: false, reason: reason.invalid(`"${key}" values must be 64 lowercase hex characters`) };
   }
   return { ok: true, value: v as string[] };
@@ -152,15 +152,28 @@ export function toMatchable(event: NostrEvent, tags: Array<[string, string]> = i
 
 export type Matcher = (m: MatchableEvent) => boolean;
 
+const conditionKeysCache = new WeakMap<TagCondition, readonly string[]>();
+
+/**
+ * name + value for each of the condition's values (the MatchableEvent tagKeys form), built once per
+ * condition and flat (a joined string, not a cons cell): the live index, the matcher and the hot
+ * tier all look them up, and a flat string keeps the hash V8 computes for it.
+ */
+export function conditionKeys(t: TagCondition): readonly string[] {
+  let keys = conditionKeysCache.get(t);
+  if (!keys) conditionKeysCache.set(t, (keys = t.values.map((v) => [t.name, v].join(''))));
+  return keys;
+}
+
 /** Builds a matcher with sets for the lists, so large author or tag lists stay cheap per event. */
 export function compileFilter(f: Filter): Matcher {
   if (matchesNothing(f)) return () => false;
+  if (f.search && f.search.compiled === undefined) throw new Error('a language search must be prepared (store/search.ts) before it is matched');
   const ids = f.ids && new Set(f.ids);
   const authors = f.authors && new Set(f.authors);
   const kinds = f.kinds && new Set(f.kinds);
-  const tagKeys = f.tags.map((t) => t.values.map((v) => t.name + v));
+  const tagKeys = f.tags.map(conditionKeys);
   const { since, until, privateKinds } = f;
-  if (f.search && f.search.compiled === undefined) throw new Error('a language search must be prepared (store/search.ts) before it is matched');
   const search = f.search?.compiled ?? undefined;
   return (m) =>
     (ids === undefined || ids.has(m.event.id)) &&
@@ -179,6 +192,18 @@ export function mayRead({ kinds, readers }: PrivateKinds, m: MatchableEvent): bo
   if (readers.has(m.event.pubkey)) return true;
   for (const reader of readers) if (m.tagKeys.has('p' + reader)) return true;
   return false;
+}
+
+/**
+ * compileFilter's matcher, built on the first event it is asked about (the checks compileFilter
+ * makes at once are made here at once too): a live subscription with 500 authors would otherwise
+ * build a 500-entry Set, and most REQs are closed before any new event matches their keys.
+ */
+export function compileFilterLazily(f: Filter): Matcher {
+  if (matchesNothing(f)) return () => false;
+  if (f.search && f.search.compiled === undefined) throw new Error('a language search must be prepared (store/search.ts) before it is matched');
+  let compiled: Matcher | undefined;
+  return (m) => (compiled ??= compileFilter(f))(m);
 }
 
 export function matchFilter(f: Filter, event: NostrEvent): boolean {

@@ -22,6 +22,11 @@ export function eventPrefix(subId: string): Buffer {
   return Buffer.from(`["EVENT",${JSON.stringify(subId)},`, 'utf8');
 }
 
+/** Buffer's Latin-1 encoder, which `write(…, 'latin1')` calls after choosing it (not in Node's types). */
+interface Latin1Writable {
+  latin1Write(text: string, offset: number): number;
+}
+
 function headerBytes(payload: number): number {
   return payload < 126 ? 2 : payload < 65536 ? 4 : 10;
 }
@@ -65,10 +70,11 @@ export function eventFrames(
       frames.writeUInt32BE(payload >>> 0, at + 4);
       at += 8;
     }
-    at += prefix.copy(frames, at);
+    frames.set(prefix, at);
+    at += prefix.length;
     const { raw, rawBytes } = rows[from + k]!;
     // ASCII (as many bytes as characters) is the same in Latin-1, which V8 copies without encoding.
-    at += rawBytes === raw.length ? frames.write(raw, at, 'latin1') : frames.write(raw, at, 'utf8');
+    at += rawBytes === raw.length ? (frames as unknown as Latin1Writable).latin1Write(raw, at) : frames.write(raw, at, 'utf8');
     frames[at++] = 0x5d; // ]
   }
   return { frames, next: i };

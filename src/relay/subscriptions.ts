@@ -1,7 +1,7 @@
 // Live subscriptions, indexed so a new event is matched only against candidate filters: each filter
 // is filed under one selective key family (ids, else authors, else one tag letter, else kinds), and
 // an event looks up just the keys it carries. Filters with none of these are checked for every event.
-import { compileFilter, matchesNothing, type Filter, type Matcher, type MatchableEvent } from '../nostr/filter.js';
+import { compileFilterLazily, conditionKeys, matchesNothing, type Filter, type Matcher, type MatchableEvent } from '../nostr/filter.js';
 
 /** What the index needs from a subscription: a target for matching events. */
 export interface Subscriber {
@@ -58,7 +58,7 @@ function placementOf(f: Filter, entry: Entry): Placement {
   if (f.tags.length) {
     let tag = f.tags[0]!;
     for (const t of f.tags) if (t.values.length < tag.values.length) tag = t;
-    return { entry, family: 'tags', keys: tag.values.map((v) => tag.name + v) };
+    return { entry, family: 'tags', keys: conditionKeys(tag) };
   }
   if (f.kinds) return { entry, family: 'kinds', keys: f.kinds };
   return { entry, family: 'unkeyed' };
@@ -77,7 +77,7 @@ export class SubscriptionIndex {
     const placements: Placement[] = [];
     for (const f of filters) {
       if (matchesNothing(f)) continue;
-      const placement = placementOf(f, { subscriber, matches: compileFilter(f) });
+      const placement = placementOf(f, { subscriber, matches: compileFilterLazily(f) });
       this.apply(placement, 'add');
       placements.push(placement);
     }
@@ -94,9 +94,12 @@ export class SubscriptionIndex {
       if (op === 'add') this.unkeyed.add(p.entry);
       else this.unkeyed.delete(p.entry);
     } else if (p.family === 'kinds') {
-      for (const key of p.keys) this.kinds[op](key, p.entry);
+      if (op === 'add') for (const key of p.keys) this.kinds.add(key, p.entry);
+      else for (const key of p.keys) this.kinds.delete(key, p.entry);
     } else {
-      for (const key of p.keys) this[p.family][op](key, p.entry);
+      const keyed = this[p.family];
+      if (op === 'add') for (const key of p.keys) keyed.add(key, p.entry);
+      else for (const key of p.keys) keyed.delete(key, p.entry);
     }
   }
 

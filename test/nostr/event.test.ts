@@ -5,7 +5,7 @@ import { getEventHash, verifyEvent } from 'nostr-tools/pure';
 import * as secp from 'tiny-secp256k1';
 import { describe, expect, it } from 'vitest';
 import {
-  canonicalEventJson, checkIdAndSignature, computeEventId, parseEvent, powDifficulty, serializeForId,
+  canonicalEventJson, checkIdAndSignature, computeEventId, HEX64, isHex64, parseEvent, powDifficulty, serializeForId,
   verifySignature, type NostrEvent,
 } from '../../src/nostr/event.js';
 import { newSigner } from '../support/keys.js';
@@ -283,5 +283,15 @@ describe('powDifficulty (NIP-13)', () => {
 
   it('is 256 for an all-zero id', () => {
     expect(powDifficulty('0'.repeat(64))).toBe(256);
+  });
+});
+
+describe('isHex64', () => {
+  it('agrees with /^[0-9a-f]{64}$/ on any string, near-hex ones included', () => {
+    const hexChar = fc.constantFrom(...'0123456789abcdefABCDEFgz/:`@G\u00e9\u0100\u{1f389}'.split(''));
+    const nearHex = fc.array(hexChar, { minLength: 62, maxLength: 66 }).map((cs) => cs.join(''));
+    fc.assert(fc.property(fc.oneof(nearHex, fc.string({ maxLength: 70 }), fc.string({ unit: 'binary', minLength: 64, maxLength: 64 })), (x) => isHex64(x) === HEX64.test(x)), { numRuns: 3000 });
+    expect(isHex64('0123456789abcdef'.repeat(4))).toBe(true);
+    expect(isHex64('0123456789abcdef'.repeat(4).slice(0, 63) + 'A')).toBe(false);
   });
 });

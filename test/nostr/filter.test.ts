@@ -1,7 +1,7 @@
 // NIP-01 filters: parsing with the relay's limits and in-memory matching (protocol.md 1.9).
 import { describe, expect, it } from 'vitest';
 import type { NostrEvent } from '../../src/nostr/event.js';
-import { matchesNothing, matchFilter, parseFilter, type Filter, type FilterLimits } from '../../src/nostr/filter.js';
+import { compileFilter, compileFilterLazily, conditionKeys, matchesNothing, matchFilter, parseFilter, toMatchable, type Filter, type FilterLimits } from '../../src/nostr/filter.js';
 
 const LIMITS: FilterLimits = { maxValuesPerArray: 3, defaultLimit: 100, maxLimit: 500 };
 const hex = (c: string) => c.repeat(64);
@@ -226,5 +226,32 @@ describe('matchFilter', () => {
     const long = 'x'.repeat(2000);
     const withLong = { ...event, tags: [['t', long]] };
     expect(matchFilter(parsed({ '#t': [long] }), withLong)).toBe(false);
+  });
+});
+
+describe('compileFilterLazily and conditionKeys', () => {
+  const events: NostrEvent[] = [A, B, C].flatMap((pubkey, i) =>
+    [1, 7].map((kind) => ({ id: hex(String(i + kind)), pubkey, created_at: 1000 + i, kind, tags: [['t', `t${i}`], ['p', C]], content: '', sig: '0'.repeat(128) })),
+  );
+  const filters = [{}, { authors: [A, B] }, { kinds: [7], '#t': ['t1', 't2'] }, { '#p': [C], since: 1001 }, { ids: [hex('1')] }, { authors: [] }];
+
+  it('matches as compileFilter does, event after event', () => {
+    for (const input of filters) {
+      const f = parsed(input);
+      const lazy = compileFilterLazily(f);
+      const eager = compileFilter(f);
+      for (const e of events) expect(lazy(toMatchable(e)), JSON.stringify(input)).toBe(eager(toMatchable(e)));
+    }
+  });
+
+  it('refuses an unprepared language search at once, as compileFilter does', () => {
+    const f = { ...parsed({}), search: { parsed: { config: 'english' } as never, compiled: undefined } };
+    expect(() => compileFilterLazily(f)).toThrow(/must be prepared/);
+  });
+
+  it('gives each condition its name + value keys, the same array every time', () => {
+    const f = parsed({ '#t': ['art', 'nostr'] });
+    expect(conditionKeys(f.tags[0]!)).toEqual(['tart', 'tnostr']);
+    expect(conditionKeys(f.tags[0]!)).toBe(conditionKeys(f.tags[0]!));
   });
 });

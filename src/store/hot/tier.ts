@@ -7,7 +7,7 @@
 // The window: every stored event with created_at >= windowStart is held. A filter's answer is exact
 // when it is complete before the walk reaches below windowStart (its `limit` is reached, or its
 // `since` is at or above windowStart), or when every event it names by id is held.
-import { compileFilter, matchesNothing, type Filter, type Matcher } from '../../nostr/filter.js';
+import { compileFilter, conditionKeys, matchesNothing, type Filter, type Matcher } from '../../nostr/filter.js';
 import type { PreparedEvent } from '../prepared-event.js';
 import type { StoredRow } from '../read.js';
 import { HeldEvent, newerFirst } from './held-event.js';
@@ -324,8 +324,8 @@ export class HotTier {
       if (bestSize === 0) break;
       const entries: Source[] = [];
       let size = 0;
-      for (const value of t.values) {
-        const entry = this.byTag.get(t.name + value);
+      for (const key of conditionKeys(t)) {
+        const entry = this.byTag.get(key);
         if (entry) {
           entries.push(entry);
           size += entrySize(entry);
