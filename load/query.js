@@ -48,6 +48,8 @@ export const options = {
 };
 
 let counter = 0;
+const EVENT_FROM = '["EVENT"';
+const EVENT_TO = '["EVENT#';
 
 /**
  * REQs on one open socket, one at a time (an EVENT for another sub id cannot occur), each ended by
@@ -83,8 +85,11 @@ function requests(socket, more) {
   });
   socket.on('message', (data) => {
     if (!current) return;
-    // `["EVENT"` is told by its fourth character without a substring: most messages are EVENTs.
-    if (data.charCodeAt(3) === 86 /* V */ && data.startsWith('["EVENT"')) return void current.events++;
+    // Most messages are EVENTs, told by comparison alone: a string that starts with `["EVENT"` sorts
+    // from `["EVENT"` up to, not including, `["EVENT#` (`#` follows `"`). k6 hands the script each
+    // message as a Go string, and a method call on it (charCodeAt, startsWith) first scans and
+    // converts all of it, while `<` compares the Go bytes as they are: a tenth of k6's CPU per message.
+    if (!(data < EVENT_FROM) && data < EVENT_TO) return void current.events++;
     const verb = verbOf(data);
     if (verb === 'EOSE') finish(true);
     else if (verb === 'CLOSED') {
