@@ -68,6 +68,12 @@ function hexList(key: string, v: unknown, limits: FilterLimits): Checked<string[
   return { ok: true, value: v as string[] };
 }
 
+/** The list without repeats, in first-seen order: the list itself when it has none (most have none). */
+function distinct<T>(list: T[]): T[] {
+  const seen = new Set(list);
+  return seen.size === list.length ? list : [...seen];
+}
+
 /** Parses one filter object. Unknown keys are refused: ignoring them would widen the results. */
 export function parseFilter(input: unknown, limits: FilterLimits): Checked<Filter> {
   if (typeof input !== 'object' || input === null || Array.isArray(input))
@@ -77,14 +83,14 @@ export function parseFilter(input: unknown, limits: FilterLimits): Checked<Filte
     if (key === 'ids' || key === 'authors') {
       const list = hexList(key, v, limits);
       if (!list.ok) return list;
-      filter[key] = [...new Set(list.value)];
+      filter[key] = distinct(list.value);
     } else if (key === 'kinds') {
       if (!Array.isArray(v)) return { ok: false, reason: reason.invalid('"kinds" must be an array') };
       if (v.length > limits.maxValuesPerArray)
         return { ok: false, reason: reason.invalid(`"kinds" has more than ${limits.maxValuesPerArray} values`) };
       if (!v.every((k) => Number.isInteger(k) && k >= 0 && k <= 65535))
         return { ok: false, reason: reason.invalid('"kinds" values must be integers from 0 to 65535') };
-      filter.kinds = [...new Set(v as number[])];
+      filter.kinds = distinct(v as number[]);
     } else if (key === 'since' || key === 'until') {
       if (!isNonNegativeInteger(v)) return { ok: false, reason: reason.invalid(`"${key}" must be a non-negative integer`) };
       filter[key] = v;
@@ -112,7 +118,7 @@ export function parseFilter(input: unknown, limits: FilterLimits): Checked<Filte
       // matches nothing). This also keeps it out of the SQL: PostgreSQL TEXT refuses NUL (the REQ
       // failed), and a lone surrogate is sent as U+FFFD, which matched events tagged U+FFFD.
       const values = (v as string[]).filter((x) => x.isWellFormed() && isIndexableTagValue(x));
-      filter.tags.push({ name, values: [...new Set(values)] });
+      filter.tags.push({ name, values: distinct(values) });
     } else {
       return { ok: false, reason: reason.unsupported(`filter key "${key}"`) };
     }
