@@ -171,10 +171,16 @@ export function conditionKeys(t: TagCondition): readonly string[] {
   return keys;
 }
 
+/** True when no event can match; throws for a language search not yet prepared (nothing could match it right). */
+function matchesNothingCompiled(f: Filter): boolean {
+  if (matchesNothing(f)) return true;
+  if (f.search && f.search.compiled === undefined) throw new Error('a language search must be prepared (store/search.ts) before it is matched');
+  return false;
+}
+
 /** Builds a matcher with sets for the lists, so large author or tag lists stay cheap per event. */
 export function compileFilter(f: Filter): Matcher {
-  if (matchesNothing(f)) return () => false;
-  if (f.search && f.search.compiled === undefined) throw new Error('a language search must be prepared (store/search.ts) before it is matched');
+  if (matchesNothingCompiled(f)) return () => false;
   const ids = f.ids && new Set(f.ids);
   const authors = f.authors && new Set(f.authors);
   const kinds = f.kinds && new Set(f.kinds);
@@ -206,8 +212,7 @@ export function mayRead({ kinds, readers }: PrivateKinds, m: MatchableEvent): bo
  * build a 500-entry Set, and most REQs are closed before any new event matches their keys.
  */
 export function compileFilterLazily(f: Filter): Matcher {
-  if (matchesNothing(f)) return () => false;
-  if (f.search && f.search.compiled === undefined) throw new Error('a language search must be prepared (store/search.ts) before it is matched');
+  if (matchesNothingCompiled(f)) return () => false;
   let compiled: Matcher | undefined;
   return (m) => (compiled ??= compileFilter(f))(m);
 }

@@ -64,6 +64,12 @@ function placementOf(f: Filter, entry: Entry): Placement {
   return { entry, family: 'unkeyed' };
 }
 
+/** Adds or deletes the entry under each key (one family looked up once, one method per loop). */
+function fileAll<K>(keyed: Keyed<K>, keys: readonly K[], entry: Entry, op: 'add' | 'delete'): void {
+  if (op === 'add') for (const key of keys) keyed.add(key, entry);
+  else for (const key of keys) keyed.delete(key, entry);
+}
+
 export class SubscriptionIndex {
   private readonly ids = new Keyed<string>();
   private readonly authors = new Keyed<string>();
@@ -94,12 +100,9 @@ export class SubscriptionIndex {
       if (op === 'add') this.unkeyed.add(p.entry);
       else this.unkeyed.delete(p.entry);
     } else if (p.family === 'kinds') {
-      if (op === 'add') for (const key of p.keys) this.kinds.add(key, p.entry);
-      else for (const key of p.keys) this.kinds.delete(key, p.entry);
+      fileAll(this.kinds, p.keys, p.entry, op);
     } else {
-      const keyed = this[p.family];
-      if (op === 'add') for (const key of p.keys) keyed.add(key, p.entry);
-      else for (const key of p.keys) keyed.delete(key, p.entry);
+      fileAll(this[p.family], p.keys, p.entry, op);
     }
   }
 
