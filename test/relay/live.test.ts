@@ -192,8 +192,12 @@ describe('events committed between REQ and EOSE', () => {
     const waiting = new Promise<void>((r) => (reqIsWaiting = r));
     let release!: () => void;
     const gate = new Promise<void>((r) => (release = r));
-    const held = async (): Promise<PoolClient> => {
-      pool.connect = connect; // only the REQ's call is held
+    // Only the REQ's call is held: pool.query (the moderation poll, every 500 ms) calls connect with
+    // a callback and passes through. Holding it instead would never answer it and leak its client,
+    // and the pool's end() in afterAll would wait for that client forever.
+    const held = async (...args: unknown[]): Promise<PoolClient> => {
+      if (args.length > 0) return (connect as (...a: unknown[]) => Promise<PoolClient>).apply(pool, args);
+      pool.connect = connect;
       reqIsWaiting();
       await gate;
       return pool.connect();
