@@ -13,35 +13,74 @@ interface Entry {
   matches: Matcher;
 }
 
+/** A key no subscription is filed under any more (see Keyed). */
+const VACANT = null;
+
+/**
+ * Vacant keys are dropped once there are this many and they are over half the keys: an index that
+ * has seen every author of a large relay stays within a few megabytes.
+ */
+const COMPACT_VACANT_MIN = 16_384;
+
 /**
  * Entries by key. A key most often has one entry (one subscription's author or tag value): it maps
- * to the entry itself, and to a Set only while several share it, so filing a 500-author REQ makes
- * no Set per author.
+ * to the entry itself, and to a Set once several share it, so filing a 500-author REQ makes no Set
+ * per author.
+ *
+ * A key no longer filed under is left in the map as vacant, and a Set is kept once made, rather than
+ * deleted: deletes made V8 rebuild the map's table every few thousand of them, and a discarded table
+ * (or a Set dropped back to one entry) that had lived long enough to reach the old generation kept
+ * every young entry it still pointed at alive through the next minor GCs. Each REQ's filters and
+ * author strings then reached the old generation too: ~48 KB per 500-author REQ, minor GCs of ~20 ms
+ * every ~130 ms under load (measured with --trace-gc-nvp; docs/benchmarks.md). Now the map's key
+ * and Set are reused when another REQ files under the same key, and an emptied slot holds nothing.
  */
 class Keyed<K> {
-  private readonly slots = new Map<K, Entry | Set<Entry>>();
+  private readonly slots = new Map<K, Entry | Set<Entry> | typeof VACANT>();
+  /** Keys with no entry: VACANT, or an empty Set. */
+  private vacant = 0;
 
   add(key: K, entry: Entry): void {
     const slot = this.slots.get(key);
-    if (slot === undefined) this.slots.set(key, entry);
-    else if (slot instanceof Set) slot.add(entry);
-    else if (slot !== entry) this.slots.set(key, new Set([slot, entry]));
+    if (slot === undefined) {
+      this.slots.set(key, entry);
+    } else if (slot === VACANT) {
+      this.slots.set(key, entry);
+      this.vacant--;
+    } else if (slot instanceof Set) {
+      if (slot.size === 0) this.vacant--;
+      slot.add(entry);
+    } else if (slot !== entry) {
+      this.slots.set(key, new Set([slot, entry]));
+    }
   }
 
   delete(key: K, entry: Entry): void {
     const slot = this.slots.get(key);
     if (slot === entry) {
-      this.slots.delete(key);
-    } else if (slot instanceof Set && slot.delete(entry) && slot.size === 1) {
-      this.slots.set(key, slot.values().next().value!);
+      this.slots.set(key, VACANT);
+      this.vacated();
+    } else if (slot instanceof Set && slot.delete(entry) && slot.size === 0) {
+      this.vacated();
     }
   }
 
   visit(key: K, fn: (entry: Entry) => void): void {
     const slot = this.slots.get(key);
-    if (slot === undefined) return;
+    if (slot === undefined || slot === VACANT) return;
     if (slot instanceof Set) slot.forEach(fn);
     else fn(slot);
+  }
+
+  /** Keys in the map, vacant ones included (for tests). */
+  get keys(): number {
+    return this.slots.size;
+  }
+
+  private vacated(): void {
+    if (++this.vacant < COMPACT_VACANT_MIN || 2 * this.vacant <= this.slots.size) return;
+    for (const [key, slot] of this.slots) if (slot === VACANT || (slot instanceof Set && slot.size === 0)) this.slots.delete(key);
+    this.vacant = 0;
   }
 }
 
@@ -122,5 +161,10 @@ export class SubscriptionIndex {
 
   get size(): number {
     return this.filed.size;
+  }
+
+  /** Keys held by the author index, vacant ones included (tests: vacant keys are dropped in time). */
+  get authorKeys(): number {
+    return this.authors.keys;
   }
 }

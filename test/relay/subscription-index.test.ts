@@ -85,4 +85,35 @@ describe('SubscriptionIndex', () => {
     index.remove(b);
     expect(index.matching(m)).toEqual(new Set());
   });
+
+  it('keeps a key no subscription is filed under for the next, and drops such keys once they pile up', () => {
+    const index = new SubscriptionIndex();
+    const a: Subscriber = { deliver() {} };
+    const b: Subscriber = { deliver() {} };
+    const m = toMatchable({ id: IDS[0]!, pubkey: PUBKEYS[0]!, kind: 1, created_at: 1, tags: [], content: '', sig: '' });
+    index.add(a, parsed([{ authors: [PUBKEYS[0]] }]));
+    index.remove(a);
+    expect(index.matching(m)).toEqual(new Set());
+    expect(index.authorKeys).toBe(1); // vacant, kept
+    index.add(b, parsed([{ authors: [PUBKEYS[0]] }]));
+    expect(index.matching(m)).toEqual(new Set([b]));
+    index.add(a, parsed([{ authors: [PUBKEYS[0]] }])); // a Set of two, kept when emptied
+    index.remove(a);
+    index.remove(b);
+    expect(index.matching(m)).toEqual(new Set());
+    index.add(a, parsed([{ authors: [PUBKEYS[0]] }]));
+    expect(index.matching(m)).toEqual(new Set([a]));
+    index.remove(a);
+
+    // 40,000 one-author REQs opened and closed: the vacant keys are dropped, not kept forever.
+    const subs = Array.from({ length: 40_000 }, (_, i) => ({ sub: { deliver() {} } as Subscriber, filters: parsed([{ authors: [hex(1000 + i)] }]) }));
+    for (const { sub, filters } of subs) index.add(sub, filters);
+    expect(index.authorKeys).toBe(40_001);
+    for (const { sub } of subs) index.remove(sub);
+    expect(index.authorKeys).toBeLessThan(40_001 / 2 + 1);
+    const last = subs[subs.length - 1]!;
+    index.add(last.sub, last.filters);
+    const e = toMatchable({ id: IDS[0]!, pubkey: hex(1000 + 39_999), kind: 1, created_at: 1, tags: [], content: '', sig: '' });
+    expect(index.matching(e)).toEqual(new Set([last.sub]));
+  });
 });
