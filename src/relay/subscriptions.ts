@@ -3,9 +3,14 @@
 // an event looks up just the keys it carries. Filters with none of these are checked for every event.
 import { compileFilterLazily, conditionKeys, matchesNothing, type Filter, type Matcher, type MatchableEvent } from '../nostr/filter.js';
 
+/** Where the index keeps a subscriber's placements: on the subscriber (see SubscriptionIndex.add). */
+const FILED: unique symbol = Symbol('filed placements');
+
 /** What the index needs from a subscription: a target for matching events. */
 export interface Subscriber {
   deliver(id: string, raw: string): void;
+  /** Set and cleared by the index only. */
+  [FILED]?: Placement[];
 }
 
 interface Entry {
@@ -116,7 +121,7 @@ export class SubscriptionIndex {
   private readonly tags = new Keyed<string>();
   private readonly kinds = new Keyed<number>();
   private readonly unkeyed = new Set<Entry>();
-  private readonly filed = new Map<Subscriber, Placement[]>();
+  private filedCount = 0;
 
   add(subscriber: Subscriber, filters: Filter[]): void {
     const placements: Placement[] = [];
@@ -126,12 +131,18 @@ export class SubscriptionIndex {
       this.apply(placement, 'add');
       placements.push(placement);
     }
-    this.filed.set(subscriber, placements);
+    // On the subscriber, not in a Map by subscriber: a Map with one set and one delete per REQ is
+    // rebuilt every few hundred, with the same old-generation effect as Keyed's deletes (see there).
+    if (!subscriber[FILED]) this.filedCount++;
+    subscriber[FILED] = placements;
   }
 
   remove(subscriber: Subscriber): void {
-    for (const placement of this.filed.get(subscriber) ?? []) this.apply(placement, 'delete');
-    this.filed.delete(subscriber);
+    const placements = subscriber[FILED];
+    if (!placements) return;
+    for (const placement of placements) this.apply(placement, 'delete');
+    subscriber[FILED] = undefined;
+    this.filedCount--;
   }
 
   private apply(p: Placement, op: 'add' | 'delete'): void {
@@ -160,7 +171,7 @@ export class SubscriptionIndex {
   }
 
   get size(): number {
-    return this.filed.size;
+    return this.filedCount;
   }
 
   /** Keys held by the author index, vacant ones included (tests: vacant keys are dropped in time). */
