@@ -1,6 +1,10 @@
 // Live subscriptions, indexed so a new event is matched only against candidate filters: each filter
 // is filed under one selective key family (ids, else authors, else one tag letter, else kinds), and
 // an event looks up just the keys it carries. Filters with none of these are checked for every event.
+//
+// A subscription is filed only when an event is next matched (see SubscriptionIndex.add): most REQs
+// are closed right after EOSE (a profile, a thread, a feed page), and one that closes before any
+// event arrives is never filed at all.
 import { compileFilterLazily, conditionKeys, matchesNothing, type Filter, type Matcher, type MatchableEvent } from '../nostr/filter.js';
 
 /** Where the index keeps a subscriber's placements: on the subscriber (see SubscriptionIndex.add). */
@@ -10,8 +14,20 @@ const FILED: unique symbol = Symbol('filed placements');
 export interface Subscriber {
   deliver(id: string, raw: string): void;
   /** Set and cleared by the index only. */
-  [FILED]?: Placement[];
+  [FILED]?: Filing;
 }
+
+/** A subscriber's filters as the index holds them: filed, or waiting at `slot` in the pending list. */
+interface Filing {
+  placements: Placement[];
+  /** Its index in SubscriptionIndex.pending, or FILED_NOW once its placements are in the maps. */
+  slot: number;
+}
+
+const FILED_NOW = -1;
+
+/** The pending list is compacted once it is this much longer than twice the subscribers in it. */
+const PENDING_SLACK = 1024;
 
 interface Entry {
   subscriber: Subscriber;
@@ -121,43 +137,50 @@ export class SubscriptionIndex {
   private readonly tags = new Keyed<string>();
   private readonly kinds = new Keyed<number>();
   private readonly unkeyed = new Set<Entry>();
-  private filedCount = 0;
+  private count = 0;
+  /**
+   * Subscribers added since the last event was matched, not filed yet; a removed one leaves an empty
+   * slot (nothing in the list outlives its subscription, see Keyed on why that matters).
+   */
+  private readonly pending: Array<Subscriber | undefined> = [];
+  private pendingCount = 0;
 
+  /**
+   * Takes the subscriber's filters; they are filed under their keys when the next event is matched
+   * (matching() files every pending subscriber first), so a subscription removed before any event
+   * arrives costs no filing nor unfiling: 500 map updates each way for a 500-author feed, ~18 % of
+   * the relay's main thread under the query load (docs/benchmarks.md). Nothing is missed: a
+   * subscriber is in the maps before any event added after it is matched.
+   */
   add(subscriber: Subscriber, filters: Filter[]): void {
+    this.remove(subscriber);
     const placements: Placement[] = [];
-    for (const f of filters) {
-      if (matchesNothing(f)) continue;
-      const placement = placementOf(f, { subscriber, matches: compileFilterLazily(f) });
-      this.apply(placement, 'add');
-      placements.push(placement);
-    }
+    for (const f of filters) if (!matchesNothing(f)) placements.push(placementOf(f, { subscriber, matches: compileFilterLazily(f) }));
     // On the subscriber, not in a Map by subscriber: a Map with one set and one delete per REQ is
     // rebuilt every few hundred, with the same old-generation effect as Keyed's deletes (see there).
-    if (!subscriber[FILED]) this.filedCount++;
-    subscriber[FILED] = placements;
+    subscriber[FILED] = { placements, slot: this.pending.length };
+    this.pending.push(subscriber);
+    this.pendingCount++;
+    this.count++;
   }
 
   remove(subscriber: Subscriber): void {
-    const placements = subscriber[FILED];
-    if (!placements) return;
-    for (const placement of placements) this.apply(placement, 'delete');
-    subscriber[FILED] = undefined;
-    this.filedCount--;
-  }
-
-  private apply(p: Placement, op: 'add' | 'delete'): void {
-    if (p.family === 'unkeyed') {
-      if (op === 'add') this.unkeyed.add(p.entry);
-      else this.unkeyed.delete(p.entry);
-    } else if (p.family === 'kinds') {
-      fileAll(this.kinds, p.keys, p.entry, op);
+    const filing = subscriber[FILED];
+    if (!filing) return;
+    if (filing.slot === FILED_NOW) {
+      for (const placement of filing.placements) this.apply(placement, 'delete');
     } else {
-      fileAll(this[p.family], p.keys, p.entry, op);
+      this.pending[filing.slot] = undefined;
+      this.pendingCount--;
+      this.compactPending();
     }
+    subscriber[FILED] = undefined;
+    this.count--;
   }
 
   /** Every subscriber with at least one filter matching the event, each once. */
   matching(m: MatchableEvent): Set<Subscriber> {
+    if (this.pendingCount > 0) this.fileAllPending();
     const found = new Set<Subscriber>();
     const consider = (entry: Entry) => {
       if (!found.has(entry.subscriber) && entry.matches(m)) found.add(entry.subscriber);
@@ -170,12 +193,58 @@ export class SubscriptionIndex {
     return found;
   }
 
+  /** Subscribers held, filed or pending. */
   get size(): number {
-    return this.filedCount;
+    return this.count;
   }
 
   /** Keys held by the author index, vacant ones included (tests: vacant keys are dropped in time). */
   get authorKeys(): number {
     return this.authors.keys;
+  }
+
+  /** Slots of the pending list, empty ones included (tests: it stays bounded). */
+  get pendingSlots(): number {
+    return this.pending.length;
+  }
+
+  private fileAllPending(): void {
+    for (const subscriber of this.pending) {
+      if (subscriber === undefined) continue;
+      const filing = subscriber[FILED]!;
+      for (const placement of filing.placements) this.apply(placement, 'add');
+      filing.slot = FILED_NOW;
+    }
+    this.pending.length = 0;
+    this.pendingCount = 0;
+  }
+
+  /** Empty slots are dropped once they far outnumber the pending subscribers (in place: no new array). */
+  private compactPending(): void {
+    const { pending } = this;
+    if (this.pendingCount === 0) {
+      pending.length = 0;
+      return;
+    }
+    if (pending.length < 2 * this.pendingCount + PENDING_SLACK) return;
+    let to = 0;
+    for (let from = 0; from < pending.length; from++) {
+      const subscriber = pending[from];
+      if (subscriber === undefined) continue;
+      subscriber[FILED]!.slot = to;
+      pending[to++] = subscriber;
+    }
+    pending.length = to;
+  }
+
+  private apply(p: Placement, op: 'add' | 'delete'): void {
+    if (p.family === 'unkeyed') {
+      if (op === 'add') this.unkeyed.add(p.entry);
+      else this.unkeyed.delete(p.entry);
+    } else if (p.family === 'kinds') {
+      fileAll(this.kinds, p.keys, p.entry, op);
+    } else {
+      fileAll(this[p.family], p.keys, p.entry, op);
+    }
   }
 }

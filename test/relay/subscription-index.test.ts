@@ -92,12 +92,14 @@ describe('SubscriptionIndex', () => {
     const b: Subscriber = { deliver() {} };
     const m = toMatchable({ id: IDS[0]!, pubkey: PUBKEYS[0]!, kind: 1, created_at: 1, tags: [], content: '', sig: '' });
     index.add(a, parsed([{ authors: [PUBKEYS[0]] }]));
+    index.matching(m); // files it
     index.remove(a);
     expect(index.matching(m)).toEqual(new Set());
     expect(index.authorKeys).toBe(1); // vacant, kept
     index.add(b, parsed([{ authors: [PUBKEYS[0]] }]));
     expect(index.matching(m)).toEqual(new Set([b]));
     index.add(a, parsed([{ authors: [PUBKEYS[0]] }])); // a Set of two, kept when emptied
+    index.matching(m);
     index.remove(a);
     index.remove(b);
     expect(index.matching(m)).toEqual(new Set());
@@ -108,6 +110,7 @@ describe('SubscriptionIndex', () => {
     // 40,000 one-author REQs opened and closed: the vacant keys are dropped, not kept forever.
     const subs = Array.from({ length: 40_000 }, (_, i) => ({ sub: { deliver() {} } as Subscriber, filters: parsed([{ authors: [hex(1000 + i)] }]) }));
     for (const { sub, filters } of subs) index.add(sub, filters);
+    index.matching(m);
     expect(index.authorKeys).toBe(40_001);
     for (const { sub } of subs) index.remove(sub);
     expect(index.authorKeys).toBeLessThan(40_001 / 2 + 1);
@@ -115,5 +118,41 @@ describe('SubscriptionIndex', () => {
     index.add(last.sub, last.filters);
     const e = toMatchable({ id: IDS[0]!, pubkey: hex(1000 + 39_999), kind: 1, created_at: 1, tags: [], content: '', sig: '' });
     expect(index.matching(e)).toEqual(new Set([last.sub]));
+  });
+
+  it('files a subscription only once an event is matched while it is open', () => {
+    const index = new SubscriptionIndex();
+    const m = toMatchable({ id: IDS[0]!, pubkey: PUBKEYS[0]!, kind: 1, created_at: 1, tags: [], content: '', sig: '' });
+    // Opened and closed with no event in between (a REQ closed after EOSE): never filed.
+    const once: Subscriber = { deliver() {} };
+    index.add(once, parsed([{ authors: [PUBKEYS[0]] }]));
+    expect(index.size).toBe(1);
+    index.remove(once);
+    expect(index.size).toBe(0);
+    expect(index.authorKeys).toBe(0);
+    expect(index.pendingSlots).toBe(0);
+
+    // Open when an event arrives: filed then, and reached by that event and later ones.
+    const open: Subscriber = { deliver() {} };
+    index.add(open, parsed([{ authors: [PUBKEYS[0]] }]));
+    expect(index.authorKeys).toBe(0);
+    expect(index.matching(m)).toEqual(new Set([open]));
+    expect(index.authorKeys).toBe(1);
+    expect(index.pendingSlots).toBe(0);
+    expect(index.matching(m)).toEqual(new Set([open]));
+
+    // Many opened and closed while a few stay open: the pending list does not grow without bound,
+    // and those still open are reached by the next event.
+    const stay = Array.from({ length: 5 }, () => ({ deliver() {} }) as Subscriber);
+    for (const s of stay) index.add(s, parsed([{ kinds: [1] }]));
+    for (let i = 0; i < 20_000; i++) {
+      const s: Subscriber = { deliver() {} };
+      index.add(s, parsed([{ authors: [hex(5000 + i)] }]));
+      index.remove(s);
+    }
+    expect(index.pendingSlots).toBeLessThan(2 * 5 + 1100);
+    expect(index.authorKeys).toBe(1);
+    expect(index.matching(m)).toEqual(new Set([open, ...stay]));
+    expect(index.size).toBe(6);
   });
 });
