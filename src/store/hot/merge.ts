@@ -1,7 +1,18 @@
 // Reading several index lists (sorted-list.ts) as one, in NIP-01 result order (created_at DESC, id
 // ASC): a k-way merge over a binary heap of the lists' newest unread entries. An event found in more
 // than one list (two `#p` values of the same event) comes out once, and dead entries never do.
+//
+// With a test (the filter's conditions the lists do not ensure), each list passes over the entries
+// that fail it before they reach the heap: a 150-value `#p` filter for notes walked ~1,500 events,
+// two thirds of them reactions and reposts, through a heap 150 wide to serve 500. A list stops at a
+// failing entry anyway after MAX_SKIP of them, so one with no match at all is not read to its end
+// when the answer is complete long before; the merge then drops that entry.
 import type { HeldEvent } from './held-event.js';
+
+/** Failing entries a list passes over in one step before it stops at one (see above). */
+const MAX_SKIP = 16;
+
+export type EventTest = (e: HeldEvent) => boolean;
 
 /**
  * Part of a list to read, from `next` down to `floor`, both inclusive; while merged, also its newest
@@ -11,6 +22,8 @@ import type { HeldEvent } from './held-event.js';
 export class Run {
   head: HeldEvent | undefined = undefined;
   at = 0;
+  /** Whether `head` passed the merge's test. */
+  passed = false;
 
   constructor(
     readonly items: ReadonlyArray<HeldEvent | undefined>,
@@ -18,16 +31,23 @@ export class Run {
     readonly floor: number,
   ) {}
 
-  /** Moves `head` to the next alive entry; false when the run is read. */
-  advance(): boolean {
+  /**
+   * Moves `head` to the next alive entry that passes `test`, or that fails it after MAX_SKIP failing
+   * ones; false when the run is read.
+   */
+  advance(test: EventTest | undefined): boolean {
     const { items, floor } = this;
     let i = this.next;
+    let skipped = 0;
     while (i >= floor) {
       const e = items[i--]!;
-      if (e.alive) {
+      if (!e.alive) continue;
+      const passed = test === undefined || test(e);
+      if (passed || ++skipped >= MAX_SKIP) {
         this.next = i;
         this.head = e;
         this.at = e.created_at;
+        this.passed = passed;
         return true;
       }
     }
@@ -44,23 +64,29 @@ export class NewestFirst {
   private readonly heap: Run[] = [];
   private last: HeldEvent | undefined;
 
-  constructor(runs: Run[]) {
-    for (const run of runs) if (run.advance()) this.heap.push(run);
+  /** `test`: only events that pass it come out. */
+  constructor(
+    runs: Run[],
+    private readonly test?: EventTest,
+  ) {
+    for (const run of runs) if (run.advance(test)) this.heap.push(run);
     for (let i = (this.heap.length >> 1) - 1; i >= 0; i--) this.siftDown(i);
   }
 
-  /** The next event in result order, or undefined when every run is read. */
+  /** The next event in result order that passes the test, or undefined when every run is read. */
   next(): HeldEvent | undefined {
     const { heap } = this;
     while (heap.length > 0) {
       const top = heap[0];
       const event = top.head!;
-      if (!top.advance()) {
+      const passed = top.passed;
+      if (!top.advance(this.test)) {
         const tail = heap.pop()!;
         if (heap.length > 0) heap[0] = tail;
       }
       if (heap.length > 1) this.siftDown(0);
-      if (event === this.last) continue;
+      // Copies of one event are adjacent (one key), and pass or fail the test alike.
+      if (!passed || event === this.last) continue;
       this.last = event;
       return event;
     }

@@ -11,7 +11,7 @@ import { compileFilter, conditionKeys, matchesNothing, type Filter, type Matcher
 import type { PreparedEvent } from '../prepared-event.js';
 import type { StoredRow } from '../read.js';
 import { HeldEvent, newerFirst } from './held-event.js';
-import { NewestFirst, Run } from './merge.js';
+import { NewestFirst, Run, type EventTest } from './merge.js';
 import { SortedList } from './sorted-list.js';
 import { entrySize, TagIndex } from './tag-index.js';
 
@@ -162,14 +162,14 @@ export class HotTier {
     const since = filter.since ?? -Infinity;
     const trusted = complete || since >= this.start;
     const out: StoredRow[] = [];
-    const walk = new NewestFirst(runs);
+    // Only matching events come out of the walk. One below the window (while the limit is not
+    // reached) means the answer may go on in PostgreSQL only; a non-matching one cannot be in it.
+    const walk = new NewestFirst(runs, liveAndMatching(matches, now));
     for (let e = walk.next(); e !== undefined; e = walk.next()) {
       if (e.created_at < since) break;
       if (!trusted && e.created_at < this.start) return undefined; // the rest may be in PostgreSQL only
-      if ((e.expiresAt === null || e.expiresAt > now) && matches(e)) {
-        out.push(e); // a StoredRow as it is (id, raw): a row object per event would only be garbage
-        if (out.length >= filter.limit) return out;
-      }
+      out.push(e); // a StoredRow as it is (id, raw): a row object per event would only be garbage
+      if (out.length >= filter.limit) return out;
     }
     return trusted ? out : undefined;
   }
@@ -188,12 +188,10 @@ export class HotTier {
     const counted = plans.length > 1 ? new Set<HeldEvent>() : undefined;
     let n = 0;
     for (const { since, runs, matches } of plans) {
-      const walk = new NewestFirst(runs);
+      const walk = new NewestFirst(runs, liveAndMatching(matches, now));
       for (let e = walk.next(); e !== undefined && e.created_at >= since; e = walk.next()) {
-        if ((e.expiresAt === null || e.expiresAt > now) && matches(e)) {
-          if (counted) counted.add(e);
-          else n++;
-        }
+        if (counted) counted.add(e);
+        else n++;
       }
     }
     return counted ? counted.size : n;
@@ -347,6 +345,11 @@ export class HotTier {
     }
     return best ?? { sources: [this.all], ensured: f };
   }
+}
+
+/** Not expired at `now` (NIP-40), and matching. */
+function liveAndMatching(matches: Matcher, now: number): EventTest {
+  return (e) => (e.expiresAt === null || e.expiresAt > now) && matches(e);
 }
 
 function put(list: SortedList, e: HeldEvent, oldest: boolean): void {
