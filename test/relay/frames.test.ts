@@ -2,8 +2,10 @@
 // what ws's own Receiver reads as the same text messages, at every payload-length encoding (7, 16 and
 // 64 bits) and with non-ASCII text; and a REQ's answer over a real socket must arrive intact.
 import { once } from 'node:events';
+import { existsSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import net from 'node:net';
+import path from 'node:path';
 import type { Writable } from 'node:stream';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { eventFrames, eventPrefix, writeEventFrames } from '../../src/relay/frames.js';
@@ -167,5 +169,14 @@ describe('a REQ answer framed by the relay', () => {
     expect(got).toEqual([...events].reverse());
     // Nothing else arrived on the way: the EVENTs, then EOSE, in that order.
     expect(client.messages.slice(mark, mark + events.length + 1).map((m) => m[0])).toEqual([...events.map(() => 'EVENT'), 'EOSE']);
+  });
+});
+
+describe('client frames', () => {
+  it('are unmasked by bufferutil\'s native code where it ships a binary for the platform (ws falls back to a JavaScript loop)', () => {
+    const require = createRequire(import.meta.url);
+    const prebuilds = path.join(path.dirname(require.resolve('bufferutil')), 'prebuilds', `${process.platform}-${process.arch}`);
+    if (!existsSync(prebuilds)) return console.warn(`bufferutil ships no binary for ${process.platform}-${process.arch}: ws unmasks in JavaScript`);
+    expect(require('bufferutil').unmask).not.toBe(require('bufferutil/fallback').unmask);
   });
 });
