@@ -59,11 +59,12 @@ export async function runK6(
   const started = Date.now();
   const log = createWriteStream(files.log);
   log.write(`$ k6 ${args.join(' ')}\n`);
-  // GOGC=400: k6's Go heap grows to 5x what is live before a collection, not 2x. At ~270 messages per
-  // REQ the client's garbage collector was a fifth of its CPU (against bench:stub-relay: 1.26 ms of
-  // k6 CPU per REQ at the default, 1.02 at 400, at ~560 MB instead of ~240 MB), and k6 shares the
-  // relay's cores. A GOGC in the environment wins.
-  const child = spawn(k6, args, { stdio: ['ignore', 'pipe', 'pipe'], env: { GOGC: '400', ...process.env } });
+  // GOGC=1000: k6's Go heap grows to 11x what is live before a collection, not 2x. At ~270 messages
+  // per REQ the client's garbage collector was a fifth of its CPU, and k6 shares the relay's cores.
+  // Against bench:stub-relay: 1.26 ms of k6 CPU per REQ at the default, 1.02 at 400 (~560 MB); at
+  // 200 VUs 1,703–1,706 REQ/s at 400 against 1,825–1,888 at 1000 (~1.3 GB). A GOGC in the
+  // environment wins.
+  const child = spawn(k6, args, { stdio: ['ignore', 'pipe', 'pipe'], env: { GOGC: '1000', ...process.env } });
   child.stdout.pipe(log, { end: false });
   child.stderr.pipe(log, { end: false });
   const timer = onTick ? setInterval(onTick, 1000) : undefined;
