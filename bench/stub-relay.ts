@@ -1,12 +1,12 @@
 // npm run bench:stub-relay: what the load client itself can read on this machine. A WebSocket
 // server that answers every REQ, whatever its filters, with the same N EVENT messages of a given
-// size and an EOSE, framed the way the relay frames stored events (src/relay/frames.ts), with no
-// query, no index and no database. Point the k6 query scenario at it (`npm run load -- --scenario
+// size and an EOSE, framed the way the relay frames an answer from memory (src/relay/frames.ts),
+// with no query, no index and no database. Point the k6 query scenario at it (`npm run load -- --scenario
 // query --url ws://127.0.0.1:PORT --data-dir <corpus>`): the REQ/s it reaches is the ceiling the
 // client and the machine put on any relay measured with that mix on the same machine.
 import { parseArgs } from 'node:util';
 import { WebSocketServer } from 'ws';
-import { eventPrefix, writeEventFrames } from '../src/relay/frames.js';
+import { eventPrefix, textFrame, writeEventFrames } from '../src/relay/frames.js';
 
 const HELP = `usage: npm run bench:stub-relay -- [options]
 
@@ -49,8 +49,8 @@ wss.on('connection', (ws, req) => {
     if (!text.startsWith('["REQ",')) return; // CLOSE and the rest need no answer here
     const subId = JSON.parse(text)[1] as string;
     const prefix = eventPrefix(subId);
-    for (let i = 0; i < rows.length; ) i = writeEventFrames(socket, prefix, rows, i);
-    ws.send(JSON.stringify(['EOSE', subId]));
+    const eose = textFrame(JSON.stringify(['EOSE', subId])); // in the last chunk's write, as the relay sends an answer from memory
+    for (let i = 0; i < rows.length; ) i = writeEventFrames(socket, prefix, rows, i, eose);
   });
 });
 wss.on('listening', () => console.log(`stub relay on ws://127.0.0.1:${values.port}: ${count} events of ${eventBytes} bytes per REQ`));

@@ -19,7 +19,7 @@ import { streamStored, type Answered } from '../store/hot/read.js';
 import { countWithHll, type StoredRow } from '../store/read.js';
 import { needsPreparing, prepareSearch } from '../store/search.js';
 import { nowSeconds, type RelayContext } from './context.js';
-import { eventPrefix, writeEventFrames } from './frames.js';
+import { eventPrefix, textFrame, writeEventFrames } from './frames.js';
 import { ingestEvent } from './ingest.js';
 import { NegentropySessions } from './negentropy.js';
 import type { ConnectionBudget } from './rate-limit.js';
@@ -88,15 +88,21 @@ class Subscription implements Subscriber {
     for (let i = from; i < to; i++) this.sent!.push(rows[i]!.id);
   }
 
+  /** EOSE as a whole frame, to leave in the same write as the last stored events (frames.ts). */
+  eoseFrame(): Buffer {
+    return textFrame(eoseMessage(this.id));
+  }
+
   /**
-   * EOSE, then whatever went live meanwhile and was not already among the stored events. Another
-   * process's event can be in the query's answer and still be on its way through the feed
-   * (store/feed.ts): its ids stay here until a feed read that starts now has finished.
+   * EOSE (unless it went with the stored events), then whatever went live meanwhile and was not
+   * already among the stored events. Another process's event can be in the query's answer and still
+   * be on its way through the feed (store/feed.ts): its ids stay here until a feed read that starts
+   * now has finished.
    */
-  goLive(feed: ChangeFeed): void {
+  goLive(feed: ChangeFeed, eoseSent: boolean): void {
     const sent = this.sent!;
     this.sent = undefined;
-    this.connection.send(eoseMessage(this.id));
+    if (!eoseSent) this.connection.send(eoseMessage(this.id));
     if (sent.length > 0) this.recent = sent;
     for (const { id, raw } of this.queued) if (!this.sentRecently(id)) this.connection.send(eventMessage(this.id, raw));
     this.queued = [];
@@ -414,21 +420,26 @@ export class Connection {
     this.ctx.subscriptions.add(sub, filters); // before the query, so nothing committed meanwhile is missed
     const started = performance.now();
     let rowsSent = 0;
+    let eoseSent = false;
     let answered: Answered;
     try {
       // The hot tier answers what lies inside its window; the database the rest (store/hot/read.ts).
-      answered = await streamStored(this.ctx.tier, () => this.readPool(), filters, nowSeconds(), async (rows) => {
+      answered = await streamStored(this.ctx.tier, () => this.readPool(), filters, nowSeconds(), async (rows, last) => {
+        // The whole answer in one call (from memory): EOSE leaves in the same write as its last
+        // events, one system call (and one wake-up of the client) fewer per REQ.
+        const eose = last && rows.length > 0 ? sub.eoseFrame() : undefined;
         for (let i = 0; i < rows.length; ) {
           // Drain before each chunk, not each batch: a batch of large events (256 × up to
           // maxMessageBytes) can exceed maxBufferedBytes and cut off a client that is reading.
           // Checked without awaiting when there is room, so a batch goes out in one tick.
           if (this.backlogged && !(await this.drained())) return false;
           if (sub.closed || !this.writable) return false;
-          const next = writeEventFrames(this.socket, sub.prefix, rows, i);
+          const next = writeEventFrames(this.socket, sub.prefix, rows, i, eose);
           sub.sentStored(rows, i, next);
           rowsSent += next - i;
           i = next;
         }
+        eoseSent = eose !== undefined;
         return !sub.closed;
       });
     } catch (err) {
@@ -439,7 +450,7 @@ export class Connection {
       return this.send(closedMessage(subId, failure.reason));
     }
     if (sub.closed) return;
-    sub.goLive(this.ctx.feed);
+    sub.goLive(this.ctx.feed, eoseSent);
     if (this.ctx.tier) this.ctx.metrics.tierReq(answered);
     this.ctx.metrics.reqAnswered(performance.now() - started, rowsSent);
   }

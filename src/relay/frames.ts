@@ -31,10 +31,38 @@ function headerBytes(payload: number): number {
   return payload < 126 ? 2 : payload < 65536 ? 4 : 10;
 }
 
+/** A whole text frame (header and payload) holding `text`: a message to go out with stored events. */
+export function textFrame(text: string): Buffer {
+  const payload = Buffer.byteLength(text, 'utf8');
+  const frame = Buffer.allocUnsafe(headerBytes(payload) + payload);
+  const at = writeHeader(frame, 0, payload);
+  frame.write(text, at, 'utf8');
+  return frame;
+}
+
+/** Writes a text frame's header for a payload of this many bytes at `at`; returns where the payload goes. */
+function writeHeader(frames: Buffer, at: number, payload: number): number {
+  frames[at++] = 0x81;
+  if (payload < 126) {
+    frames[at++] = payload;
+  } else if (payload < 65536) {
+    frames[at++] = 126;
+    frames.writeUInt16BE(payload, at);
+    at += 2;
+  } else {
+    frames[at++] = 127;
+    frames.writeUInt32BE(Math.floor(payload / 2 ** 32), at);
+    frames.writeUInt32BE(payload >>> 0, at + 4);
+    at += 8;
+  }
+  return at;
+}
+
 /**
  * Frames `rows[from..]` as EVENT messages of the subscription whose prefix is given, stopping after
  * the event that brings the buffer to `chunkBytes` or more (so one very large event still goes
- * alone). Returns the buffer and the index after the last event framed.
+ * alone). When the chunk reaches the last row, `trailer` (whole frames, textFrame) follows it in
+ * the same buffer. Returns the buffer and the index after the last event framed.
  */
 export function eventFrames(
   prefix: Buffer,
@@ -42,6 +70,7 @@ export function eventFrames(
   from: number,
   chunkBytes: number,
   into?: Buffer,
+  trailer?: Buffer,
 ): { frames: Buffer; next: number } {
   const lengths: number[] = [];
   let total = 0;
@@ -53,23 +82,13 @@ export function eventFrames(
     total += headerBytes(payload) + payload;
     i++;
   }
+  const trailed = trailer !== undefined && i === rows.length;
+  if (trailed) total += trailer.length;
   const frames = into && into.length >= total ? into.subarray(0, total) : Buffer.allocUnsafe(total);
   let at = 0;
   for (let k = 0; k < lengths.length; k++) {
     const payload = lengths[k]!;
-    frames[at++] = 0x81;
-    if (payload < 126) {
-      frames[at++] = payload;
-    } else if (payload < 65536) {
-      frames[at++] = 126;
-      frames.writeUInt16BE(payload, at);
-      at += 2;
-    } else {
-      frames[at++] = 127;
-      frames.writeUInt32BE(Math.floor(payload / 2 ** 32), at);
-      frames.writeUInt32BE(payload >>> 0, at + 4);
-      at += 8;
-    }
+    at = writeHeader(frames, at, payload);
     frames.set(prefix, at);
     at += prefix.length;
     const { raw, rawBytes } = rows[from + k]!;
@@ -77,6 +96,7 @@ export function eventFrames(
     at += rawBytes === raw.length ? (frames as unknown as Latin1Writable).latin1Write(raw, at) : frames.write(raw, at, 'utf8');
     frames[at++] = 0x5d; // ]
   }
+  if (trailed) frames.set(trailer, at);
   return { frames, next: i };
 }
 
@@ -85,14 +105,14 @@ let scratch: Buffer | undefined;
 const SCRATCH_BYTES = 2 * FRAME_CHUNK_BYTES;
 
 /**
- * Frames `rows[from..]` (one chunk, as eventFrames) and writes them to the socket; returns the index
- * after the last event written. The shared buffer is reused only after a write the socket completed
- * at once (nothing left queued): a write still pending holds its buffer, and the next chunk gets a
- * new one.
+ * Frames `rows[from..]` (one chunk, as eventFrames, `trailer` included) and writes them to the
+ * socket; returns the index after the last event written. The shared buffer is reused only after a
+ * write the socket completed at once (nothing left queued): a write still pending holds its buffer,
+ * and the next chunk gets a new one.
  */
-export function writeEventFrames(socket: Writable, prefix: Buffer, rows: ReadonlyArray<FramedRow>, from: number): number {
+export function writeEventFrames(socket: Writable, prefix: Buffer, rows: ReadonlyArray<FramedRow>, from: number, trailer?: Buffer): number {
   const into = (scratch ??= Buffer.allocUnsafeSlow(SCRATCH_BYTES));
-  const { frames, next } = eventFrames(prefix, rows, from, FRAME_CHUNK_BYTES, into);
+  const { frames, next } = eventFrames(prefix, rows, from, FRAME_CHUNK_BYTES, into, trailer);
   socket.write(frames);
   if (frames.buffer === into.buffer && socket.writableLength > 0) scratch = undefined;
   return next;

@@ -8,7 +8,7 @@ import net from 'node:net';
 import path from 'node:path';
 import type { Writable } from 'node:stream';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { eventFrames, eventPrefix, writeEventFrames } from '../../src/relay/frames.js';
+import { eventFrames, eventPrefix, textFrame, writeEventFrames } from '../../src/relay/frames.js';
 import { TestClient } from '../support/client.js';
 import { newSigner, now } from '../support/keys.js';
 import { startTestRelay, type TestRelay } from '../support/relay.js';
@@ -66,6 +66,29 @@ describe('eventFrames', () => {
     }
     expect(ends).toEqual([3, 7, 8]); // 40 + 300 < 1000, + 5000 reaches it; 3 × 200 < 1000, + 90000; 50
     expect(read(chunks).map((m) => m.text)).toEqual(rows.map((r) => message(subId, r.raw)));
+  });
+
+  it('puts the trailer (EOSE) after the last event, in the chunk that reaches it and no other', () => {
+    const rows = [40, 300, 5000, 200, 90000, 50].map((n) => ({ raw: rawOfMessageBytes(subId, Math.max(n, 40)) }));
+    const eose = JSON.stringify(['EOSE', subId]);
+    const trailer = textFrame(eose);
+    const chunks: Buffer[] = [];
+    for (let i = 0; i < rows.length; ) {
+      const { frames, next } = eventFrames(prefix, rows, i, 1000, undefined, trailer);
+      chunks.push(frames);
+      i = next;
+    }
+    const perChunk = chunks.map((c) => read([c]).map((m) => m.text));
+    expect(perChunk.slice(0, -1).flat()).not.toContain(eose);
+    expect(perChunk.at(-1)).toEqual([message(subId, rows[5]!.raw), eose]);
+    expect(read(chunks)).toEqual([...rows.map((r) => ({ text: message(subId, r.raw), binary: false })), { text: eose, binary: false }]);
+  });
+
+  it('frames any text whole, at every length encoding', () => {
+    for (const n of [0, 125, 126, 65535, 65536, 70000]) {
+      const text = 'ü'.repeat(Math.floor(n / 2)) + 'x'.repeat(n % 2);
+      expect(read([textFrame(text)])).toEqual([{ text, binary: false }]);
+    }
   });
 });
 
@@ -146,11 +169,16 @@ describe('writeEventFrames', () => {
   });
 });
 
-describe('a REQ answer framed by the relay', () => {
+// From memory the whole answer is framed at once and EOSE leaves in the last chunk's write; from
+// PostgreSQL it comes in batches and EOSE after them.
+describe.each([
+  ['from the hot tier', '64'],
+  ['from PostgreSQL', '0'],
+])('a REQ answer framed by the relay, %s', (_, tierMb) => {
   let relay: TestRelay;
   let client: TestClient;
   beforeAll(async () => {
-    relay = await startTestRelay();
+    relay = await startTestRelay({ HOT_TIER_MB: tierMb });
     client = await TestClient.connect(relay.url);
   });
   afterAll(async () => {
@@ -169,6 +197,9 @@ describe('a REQ answer framed by the relay', () => {
     expect(got).toEqual([...events].reverse());
     // Nothing else arrived on the way: the EVENTs, then EOSE, in that order.
     expect(client.messages.slice(mark, mark + events.length + 1).map((m) => m[0])).toEqual([...events.map(() => 'EVENT'), 'EOSE']);
+    const text = await (await fetch(`${relay.url.replace('ws', 'http')}/metrics`)).text();
+    const fromMemory = Number(/^pgrelay_hot_tier_reqs_total\{answered="memory"\} (\d+)$/m.exec(text)?.[1] ?? 0);
+    expect(fromMemory).toBe(tierMb === '0' ? 0 : 1);
   });
 });
 

@@ -13,7 +13,8 @@ export async function streamStored(
   database: () => Promise<pg.Pool>,
   filters: Filter[],
   now: number,
-  onRows: (rows: StoredRow[]) => boolean | Promise<boolean>,
+  /** `last`: these rows are the whole answer (from memory, or merged): no more calls follow. */
+  onRows: (rows: StoredRow[], last?: boolean) => boolean | Promise<boolean>,
 ): Promise<Answered> {
   const plan = tier ? await tier.plan(filters, now) : { rows: [], rest: filters };
   if (plan.rest.length === filters.length) {
@@ -28,6 +29,6 @@ export async function streamStored(
     rows = inResultOrder([...rows, ...more]);
   }
   // In one call: the caller sends it in chunks, checking the client's backlog before each.
-  await onRows(rows);
+  await onRows(rows, true);
   return plan.rest.length ? 'mixed' : 'memory';
 }
