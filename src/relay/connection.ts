@@ -425,8 +425,9 @@ export class Connection {
     try {
       // The hot tier answers what lies inside its window; the database the rest (store/hot/read.ts).
       answered = await streamStored(this.ctx.tier, () => this.readPool(), filters, nowSeconds(), async (rows, last) => {
-        // The whole answer in one call (from memory): EOSE leaves in the same write as its last
-        // events, one system call (and one wake-up of the client) fewer per REQ.
+        // The whole answer in one call (from memory, or memory and PostgreSQL merged): EOSE leaves
+        // in the same write as its last events, one system call (and one wake-up of the client)
+        // fewer per REQ.
         const eose = last && rows.length > 0 ? sub.eoseFrame() : undefined;
         for (let i = 0; i < rows.length; ) {
           // Drain before each chunk, not each batch: a batch of large events (256 × up to
