@@ -150,6 +150,29 @@ describe('replaceable and addressable events', () => {
     expect(answerIds(wholeStore(events), { kinds: [0] })?.sort()).toEqual(events.map((e) => e.id).sort());
   });
 
+  it('authors × replaceable kinds answer the versions held, none replaced, removed or evicted', () => {
+    const alice1 = event({ kind: 0, pubkey: ALICE, created_at: BASE_TIME + 1 });
+    const bob = event({ kind: 0, pubkey: BOB, created_at: BASE_TIME + 2 });
+    const relays = event({ kind: 10002, pubkey: ALICE, created_at: BASE_TIME });
+    const note = event({ kind: 1, pubkey: CAROL, created_at: BASE_TIME + 9 });
+    const tier = wholeStore([alice1, bob, relays, note], 1); // evicted only when evict() is called
+    const alice2 = event({ kind: 0, pubkey: ALICE, created_at: BASE_TIME + 3 });
+    tier.add(prepareEvent(alice2));
+    const profiles = { authors: [ALICE, BOB, CAROL], kinds: [0, 10002] };
+    expect(answerIds(tier, profiles)).toEqual([alice2.id, bob.id, relays.id]);
+    expect(answerIds(tier, { ...profiles, until: BASE_TIME + 2 })).toEqual([bob.id, relays.id]);
+    expect(answerIds(tier, { ...profiles, limit: 1 })).toEqual([alice2.id]);
+    expect(answerIds(tier, { authors: [CAROL], kinds: [0] })).toEqual([]);
+    expect(countOf(tier, [profiles, { authors: [BOB], kinds: [0] }])).toBe(3);
+    expect(tier.replaceableVersions).toBe(3);
+    tier.remove([bob.id]);
+    expect(answerIds(tier, profiles)).toEqual([alice2.id, relays.id]);
+    expect(tier.replaceableVersions).toBe(2);
+    expect(tier.evict(1000)).toBe(false);
+    expect(tier.size).toBe(0);
+    expect(tier.replaceableVersions).toBe(0);
+  });
+
   it('addressable versions are kept per d tag, a missing d being ""', () => {
     const a1 = event({ kind: 30023, tags: [['d', 'a']], created_at: BASE_TIME });
     const a2 = event({ kind: 30023, tags: [['d', 'a']], created_at: BASE_TIME + 1 });

@@ -8,6 +8,7 @@
 // when it is complete before the walk reaches below windowStart (its `limit` is reached, or its
 // `since` is at or above windowStart), or when every event it names by id is held.
 import { compileFilter, conditionKeys, matchesNothing, type Filter, type Matcher } from '../../nostr/filter.js';
+import { isReplaceable } from '../../nostr/kinds.js';
 import type { PreparedEvent } from '../prepared-event.js';
 import type { StoredRow } from '../read.js';
 import { HeldEvent, newerFirst } from './held-event.js';
@@ -52,13 +53,16 @@ function bytesOf(e: HeldEvent): number {
 /** One Set for every event without indexed tags (about 150 bytes each otherwise); never added to. */
 const NO_TAG_KEYS: Set<string> = new Set();
 
-/** Where candidates are read from: an index list, or the one event a tag value is held on. */
+/** Where candidates are read from: an index list, or one event (a replaceable version, a tag value held on one event only). */
 type Source = SortedList | HeldEvent;
 
-/** An author's lists: all their events (keyed by the pubkey string their held events share), and per kind. */
-interface AuthorLists {
-  all: SortedList;
-  byKind: Map<number, SortedList>;
+/**
+ * All of an author's events (keyed by the pubkey string their held events share), with their lists
+ * per kind: the author index maps a pubkey straight to it, one pointer fewer to follow per author
+ * of a 500-author feed (the lookups wait on memory).
+ */
+class AuthorList extends SortedList {
+  readonly byKind = new Map<number, SortedList>();
 }
 
 export class HotTier {
@@ -72,7 +76,13 @@ export class HotTier {
   /** Replaceable and addressable events by kind:pubkey:d: the one version held. */
   private readonly byKey = new Map<string, HeldEvent>();
   private readonly all = new SortedList();
-  private readonly byAuthor = new Map<string, AuthorLists>();
+  private readonly byAuthor = new Map<string, AuthorList>();
+  /**
+   * The version held of each replaceable event (kind 0, 3, 10000–19999) by kind, then pubkey: the
+   * same events as byKey's replaceable ones, found by the pubkey string a filter already has (its
+   * hash computed when the filter was parsed) rather than by a key string built per lookup.
+   */
+  private readonly replaceable = new Map<number, Map<string, HeldEvent>>();
   private readonly byKind = new Map<number, SortedList>();
   private readonly byTag = new TagIndex();
 
@@ -96,6 +106,13 @@ export class HotTier {
   /** Estimated heap bytes of the held events and their index entries (heldBytes above). */
   get bytes(): number {
     return this.heldBytesTotal;
+  }
+
+  /** Entries of the replaceable versions index (tests: as many as replaceable events held). */
+  get replaceableVersions(): number {
+    let n = 0;
+    for (const versions of this.replaceable.values()) n += versions.size;
+    return n;
   }
 
   has(id: string): boolean {
@@ -213,16 +230,21 @@ export class HotTier {
       }
     }
     let author = this.byAuthor.get(event.pubkey);
-    if (!author) this.byAuthor.set(event.pubkey, (author = { all: new SortedList(event.pubkey), byKind: new Map() }));
+    if (!author) this.byAuthor.set(event.pubkey, (author = new AuthorList(event.pubkey)));
     const tagKeys = p.tags.length === 0 ? NO_TAG_KEYS : new Set<string>();
     for (const [name, value] of p.tags) tagKeys.add(this.byTag.keyOf(name, value));
-    const e = new HeldEvent(event.id, author.all.key, event.created_at, event.kind, p.raw, tagKeys, p.expiresAt, key, Buffer.byteLength(p.raw, 'utf8'));
+    const e = new HeldEvent(event.id, author.key, event.created_at, event.kind, p.raw, tagKeys, p.expiresAt, key, Buffer.byteLength(p.raw, 'utf8'));
     this.byId.set(e.id, e);
     if (key !== null) this.byKey.set(key, e);
+    if (p.kindClass === 'replaceable') {
+      const versions = this.replaceable.get(e.kind);
+      if (versions) versions.set(e.pubkey, e);
+      else this.replaceable.set(e.kind, new Map([[e.pubkey, e]]));
+    }
     this.heldBytesTotal += bytesOf(e);
 
     put(this.all, e, oldest);
-    put(author.all, e, oldest);
+    put(author, e, oldest);
     putIn(author.byKind, e.kind, e, oldest);
     putIn(this.byKind, e.kind, e, oldest);
     for (const tagKey of tagKeys) this.byTag.add(tagKey, e, oldest);
@@ -233,12 +255,17 @@ export class HotTier {
     e.alive = false;
     this.byId.delete(e.id);
     if (e.key !== null && this.byKey.get(e.key) === e) this.byKey.delete(e.key);
+    const versions = this.replaceable.get(e.kind);
+    if (versions?.get(e.pubkey) === e) {
+      versions.delete(e.pubkey);
+      if (versions.size === 0) this.replaceable.delete(e.kind);
+    }
     this.heldBytesTotal -= bytesOf(e);
 
     release(this.all);
     const author = this.byAuthor.get(e.pubkey)!;
     releaseIn(author.byKind, e.kind);
-    if (release(author.all)) this.byAuthor.delete(e.pubkey);
+    if (release(author)) this.byAuthor.delete(e.pubkey);
     releaseIn(this.byKind, e.kind);
     for (const tagKey of e.tagKeys) this.byTag.remove(tagKey, e);
   }
@@ -265,12 +292,19 @@ export class HotTier {
         const e = this.byId.get(id);
         if (e) found.push(e);
       }
-      found.sort((a, b) => (newerFirst(a, b) ? 1 : -1)); // list order: oldest first
-      const runs = [new Run(found, found.length - 1, 0)];
-      return { runs, matches: compileFilter({ ...f, ids: undefined }), complete: found.length === f.ids.length };
+      return { runs: [oneRun(found)], matches: compileFilter({ ...f, ids: undefined }), complete: found.length === f.ids.length };
     }
     const { sources, ensured } = this.narrowestSources(f);
-    return { runs: sources.map((source) => runOf(source, f.until)), matches: compileFilter(ensured), complete: false };
+    const runs: Run[] = [];
+    // Sources that are one event (a replaceable version, a tag value held on one event) are sorted
+    // into one run: a heap entry and a run each would cost more than sorting them.
+    const single: HeldEvent[] = [];
+    for (const source of sources) {
+      if (source instanceof SortedList) runs.push(runOf(source, f.until));
+      else if (f.until === undefined || source.created_at <= f.until) single.push(source);
+    }
+    if (single.length > 0) runs.push(oneRun(single));
+    return { runs, matches: compileFilter(ensured), complete: false };
   }
 
   /** The kinds are at least half of the held events. */
@@ -294,7 +328,19 @@ export class HotTier {
         bestSize = size;
       }
     };
-    if (f.authors) {
+    if (f.authors && f.kinds && f.kinds.every(isReplaceable)) {
+      // At most one event per author and kind: the version held, if any.
+      const found: HeldEvent[] = [];
+      for (const kind of f.kinds) {
+        const versions = this.replaceable.get(kind);
+        if (!versions) continue;
+        for (const pubkey of f.authors) {
+          const e = versions.get(pubkey);
+          if (e) found.push(e);
+        }
+      }
+      consider(found, found.length, () => ({ ...f, authors: undefined, kinds: undefined }));
+    } else if (f.authors) {
       const lists: SortedList[] = [];
       let size = 0;
       // Per kind, unless the kinds are at least half of what is held (a feed's notes and reposts):
@@ -304,8 +350,8 @@ export class HotTier {
         const author = this.byAuthor.get(pubkey);
         if (!author) continue;
         if (!kinds) {
-          lists.push(author.all);
-          size += author.all.size;
+          lists.push(author);
+          size += author.size;
           continue;
         }
         for (const kind of kinds) {
@@ -374,8 +420,13 @@ function releaseIn<K>(lists: Map<K, SortedList>, key: K): void {
   if (release(lists.get(key)!)) lists.delete(key);
 }
 
-/** A list (or a tag value's one event) read newest first from `until` (inclusive) down. */
-function runOf(source: Source, until: number | undefined): Run {
-  if (!(source instanceof SortedList)) return new Run([source], until === undefined || source.created_at <= until ? 0 : -1, 0);
-  return new Run(source.items, until === undefined ? source.items.length - 1 : source.lastAtOrBefore(until), source.start);
+/** A list read newest first from `until` (inclusive) down. */
+function runOf(list: SortedList, until: number | undefined): Run {
+  return new Run(list.items, until === undefined ? list.items.length - 1 : list.lastAtOrBefore(until), list.start);
+}
+
+/** Events in any order (one may come twice) as one run: sorted into list order, oldest first. */
+function oneRun(events: HeldEvent[]): Run {
+  events.sort((a, b) => (a === b ? 0 : newerFirst(a, b) ? 1 : -1));
+  return new Run(events, events.length - 1, 0);
 }
