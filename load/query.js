@@ -21,13 +21,7 @@ import { Counter, Trend } from 'k6/metrics';
 import ws from 'k6/ws';
 import { RELAY_URL, SUMMARY_TREND_STATS, baseThresholds, durationMs, envNumber, relayErrors, verbOf } from './lib/common.js';
 
-const shared = new SharedArray('query mix', () => JSON.parse(open(__ENV.QUERY_MIX || './data/query-mix.json')));
-// Each VU takes its share of the mix once, in its init (entries v-1, v-1+VUS, … for VU v): every
-// entry is read by one VU, and drawn as often as before over the whole run. A SharedArray element
-// is parsed again each time it is read, ~33 KB for a home feed: reading one per REQ cost the client
-// 5 % more CPU per REQ against bench:stub-relay (200 VUs, alternated runs).
-const mix = [];
-for (let j = (__VU + shared.length - 1) % shared.length; j < shared.length; j += Math.max(1, envNumber('VUS', 10))) mix.push(shared[j]);
+const mix = new SharedArray('query mix', () => JSON.parse(open(__ENV.QUERY_MIX || './data/query-mix.json')));
 const eoseMs = new Trend('eose_ms', true);
 const reqsDone = new Counter('reqs'); // its rate is the throughput (REQs answered with EOSE per second)
 const reqEvents = new Counter('req_events');
