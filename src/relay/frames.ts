@@ -58,6 +58,9 @@ function writeHeader(frames: Buffer, at: number, payload: number): number {
   return at;
 }
 
+/** Where eventFrames puts the characters it reads ahead: a value read and kept is a read not optimized away. */
+let firstChars = 0;
+
 /**
  * Frames `rows[from..]` as EVENT messages of the subscription whose prefix is given, stopping after
  * the event that brings the buffer to `chunkBytes` or more (so one very large event still goes
@@ -77,6 +80,10 @@ export function eventFrames(
   let i = from;
   while (i < rows.length && total < chunkBytes) {
     const row = rows[i]!;
+    // Reading each JSON's first character here, where the reads do not wait on one another, brings
+    // the strings' starts into the CPU cache together; copied one by one below, each waited for
+    // its own (framing 270 events of 640 bytes from memory not in cache: 122–140 -> 93–99 µs).
+    firstChars ^= row.raw.charCodeAt(0);
     const payload = prefix.length + (row.rawBytes ?? Buffer.byteLength(row.raw, 'utf8')) + 1;
     lengths.push(payload);
     total += headerBytes(payload) + payload;
