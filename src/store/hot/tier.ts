@@ -322,6 +322,8 @@ export class HotTier {
   private narrowestSources(f: Filter): { sources: Source[]; ensured: Filter } {
     let best: { sources: Source[]; ensured: Filter } | undefined;
     let bestSize = Infinity;
+    // Sizes are summed after the lookups, in a loop of their own (sizeOf): each reads a list not in
+    // the CPU cache, and there the reads need not wait on one another.
     const consider = (sources: Source[], size: number, ensured: () => Filter) => {
       if (size < bestSize) {
         best = { sources, ensured: ensured() };
@@ -342,7 +344,6 @@ export class HotTier {
       consider(found, found.length, () => ({ ...f, authors: undefined, kinds: undefined }));
     } else if (f.authors) {
       const lists: SortedList[] = [];
-      let size = 0;
       // Per kind, unless the kinds are at least half of what is held (a feed's notes and reposts):
       // then an author's one list, read at most ~2x as far, costs half the lookups and merge runs.
       const kinds = f.kinds && f.authors.length * f.kinds.length <= MAX_AUTHOR_KIND_PAIRS && !this.mostlyOfKinds(f.kinds) ? f.kinds : undefined;
@@ -351,46 +352,41 @@ export class HotTier {
         if (!author) continue;
         if (!kinds) {
           lists.push(author);
-          size += author.size;
           continue;
         }
         for (const kind of kinds) {
           const list = author.byKind.get(kind);
-          if (list) {
-            lists.push(list);
-            size += list.size;
-          }
+          if (list) lists.push(list);
         }
       }
-      consider(lists, size, () => ({ ...f, authors: undefined, kinds: kinds ? undefined : f.kinds }));
+      consider(lists, sizeOf(lists), () => ({ ...f, authors: undefined, kinds: kinds ? undefined : f.kinds }));
     }
     for (const t of f.tags) {
       if (bestSize === 0) break;
       const entries: Source[] = [];
-      let size = 0;
       for (const key of conditionKeys(t)) {
         const entry = this.byTag.get(key);
-        if (entry) {
-          entries.push(entry);
-          size += entrySize(entry);
-        }
+        if (entry) entries.push(entry);
       }
-      consider(entries, size, () => ({ ...f, tags: f.tags.filter((other) => other !== t) }));
+      consider(entries, sizeOf(entries), () => ({ ...f, tags: f.tags.filter((other) => other !== t) }));
     }
     if (f.kinds && bestSize > 0) {
       const lists: SortedList[] = [];
-      let size = 0;
       for (const kind of f.kinds) {
         const list = this.byKind.get(kind);
-        if (list) {
-          lists.push(list);
-          size += list.size;
-        }
+        if (list) lists.push(list);
       }
-      consider(lists, size, () => ({ ...f, kinds: undefined }));
+      consider(lists, sizeOf(lists), () => ({ ...f, kinds: undefined }));
     }
     return best ?? { sources: [this.all], ensured: f };
   }
+}
+
+/** Entries alive in the sources together (an event in two of them counted twice). */
+function sizeOf(sources: Source[]): number {
+  let n = 0;
+  for (const source of sources) n += entrySize(source);
+  return n;
 }
 
 /** Not expired at `now` (NIP-40), and matching. */
