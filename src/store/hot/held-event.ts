@@ -25,7 +25,7 @@ export class HeldEvent implements NostrEvent, MatchableEvent {
     readonly tagKeys: Set<string>,
     /** NIP-40: gone for readers once `now` reaches it. */
     readonly expiresAt: number | null,
-    /** kind:pubkey:d for a replaceable or addressable event, else null: at most one held per key. */
+    /** kind:pubkey:d for an addressable event, else null: at most one held per key (a replaceable one is found by kind and pubkey). */
     readonly key: string | null,
     /** The length of `raw` in UTF-8: framing it needs no scan (relay/frames.ts), and HotTier.bytes counts it. */
     readonly rawBytes: number,

@@ -73,14 +73,14 @@ export class HotTier {
   private evicted = false;
 
   private readonly byId = new Map<string, HeldEvent>();
-  /** Replaceable and addressable events by kind:pubkey:d: the one version held. */
+  /** Addressable events by kind:pubkey:d: the one version held. */
   private readonly byKey = new Map<string, HeldEvent>();
   private readonly all = new SortedList();
   private readonly byAuthor = new Map<string, AuthorList>();
   /**
-   * The version held of each replaceable event (kind 0, 3, 10000–19999) by kind, then pubkey: the
-   * same events as byKey's replaceable ones, found by the pubkey string a filter already has (its
-   * hash computed when the filter was parsed) rather than by a key string built per lookup.
+   * Replaceable events (kind 0, 3, 10000–19999) by kind, then pubkey: the one version held. A filter
+   * finds them by the pubkey strings it already has (hashed when it was parsed), with no key string
+   * built per lookup.
    */
   private readonly replaceable = new Map<number, Map<string, HeldEvent>>();
   private readonly byKind = new Map<number, SortedList>();
@@ -221,13 +221,12 @@ export class HotTier {
     const { event } = p;
     if (p.kindClass === 'ephemeral' || this.byId.has(event.id)) return;
     let key: string | null = null;
-    if (p.dTag !== null) {
-      key = `${event.kind}:${event.pubkey}:${p.dTag}`;
-      const held = this.byKey.get(key);
-      if (held) {
-        if (held.created_at > event.created_at || (held.created_at === event.created_at && held.id < event.id)) return;
-        this.drop(held);
-      }
+    let held: HeldEvent | undefined;
+    if (p.kindClass === 'replaceable') held = this.replaceable.get(event.kind)?.get(event.pubkey);
+    else if (p.dTag !== null) held = this.byKey.get((key = `${event.kind}:${event.pubkey}:${p.dTag}`));
+    if (held) {
+      if (held.created_at > event.created_at || (held.created_at === event.created_at && held.id < event.id)) return;
+      this.drop(held);
     }
     let author = this.byAuthor.get(event.pubkey);
     if (!author) this.byAuthor.set(event.pubkey, (author = new AuthorList(event.pubkey)));
@@ -322,8 +321,6 @@ export class HotTier {
   private narrowestSources(f: Filter): { sources: Source[]; ensured: Filter } {
     let best: { sources: Source[]; ensured: Filter } | undefined;
     let bestSize = Infinity;
-    // Sizes are summed after the lookups, in a loop of their own (sizeOf): each reads a list not in
-    // the CPU cache, and there the reads need not wait on one another.
     const consider = (sources: Source[], size: number, ensured: () => Filter) => {
       if (size < bestSize) {
         best = { sources, ensured: ensured() };
@@ -382,7 +379,11 @@ export class HotTier {
   }
 }
 
-/** Entries alive in the sources together (an event in two of them counted twice). */
+/**
+ * Entries alive in the sources together (an event in two of them counted twice). Summed after the
+ * lookups, in a loop of its own: each size reads a list not in the CPU cache, and here those reads
+ * need not wait on one another.
+ */
 function sizeOf(sources: Source[]): number {
   let n = 0;
   for (const source of sources) n += entrySize(source);
