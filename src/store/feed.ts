@@ -14,6 +14,13 @@
 // finished, so a transaction still in flight, whatever its txid, is never stepped past. A write
 // transaction left open for long holds the horizon back; reads then cost more, but stay exact.
 //
+// A read whose snapshot would be the same as the last read's begins with one trivial query instead:
+// PostgreSQL's snapshot (xmin, xmax and the transactions in progress) names every transaction that
+// has ended, so an unchanged snapshot means no transaction with a write has ended since, and the
+// read would find nothing. The snapshot kept is that of the last read's first statement: what ended
+// between its statements changes the next one's. Under a REQ-heavy load most reads are these (each
+// REQ waits for a read that began after it, see hot/service.ts).
+//
 // Ephemeral events (never stored) travel in the payload of a NOTIFY on `pgrelay_ephemeral`, several
 // to a payload; one too large for a payload (8,000 bytes) goes through the unlogged relay_ephemeral
 // table and the payload carries its row id. Ephemeral events sent while a LISTEN connection is down
@@ -49,16 +56,20 @@ const REMOVAL_PAGE_ROWS = 10_000;
 // Removals, from every writer including this process (its writer does not announce what it deletes):
 // the same horizon technique as new rows, with its own set of transactions already read.
 const REMOVALS_SQL = `
-  SELECT s.horizon, r.txid::text AS txid, r.seq::text AS seq, encode(r.id, 'hex') AS id
-    FROM (SELECT pg_snapshot_xmin(pg_current_snapshot())::text AS horizon) s
+  SELECT s.horizon, s.snapshot, r.txid::text AS txid, r.seq::text AS seq, encode(r.id, 'hex') AS id
+    FROM (SELECT pg_snapshot_xmin(pg_current_snapshot())::text AS horizon, pg_current_snapshot()::text AS snapshot) s
     LEFT JOIN LATERAL (
       SELECT txid, seq, id FROM event_removals
        WHERE (txid, seq) > ($1::xid8, $2::bigint) AND NOT (txid = ANY($3::xid8[]))
        ORDER BY txid, seq LIMIT $4) r ON true
    ORDER BY r.txid, r.seq`;
 
+/** The snapshot alone (`xmin:xmax:in-progress list`, the list sorted): equal text, equal visibility. */
+const SNAPSHOT_SQL = 'SELECT pg_current_snapshot()::text AS snapshot';
+
 interface FeedRow {
   horizon: string;
+  snapshot: string;
   lsn: string;
   txid: string | null;
   seq: string | null;
@@ -68,8 +79,9 @@ interface FeedRow {
 // One statement, so the horizon and the rows come from the same snapshot. The LEFT JOIN returns the
 // snapshot's horizon and WAL position even when there are no rows.
 const READ_SQL = `
-  SELECT s.horizon, s.lsn, e.txid::text AS txid, e.seq::text AS seq, e.raw
-    FROM (SELECT pg_snapshot_xmin(pg_current_snapshot())::text AS horizon, pg_current_wal_insert_lsn()::text AS lsn) s
+  SELECT s.horizon, s.snapshot, s.lsn, e.txid::text AS txid, e.seq::text AS seq, e.raw
+    FROM (SELECT pg_snapshot_xmin(pg_current_snapshot())::text AS horizon, pg_current_snapshot()::text AS snapshot,
+                 pg_current_wal_insert_lsn()::text AS lsn) s
     LEFT JOIN LATERAL (
       SELECT txid, seq, raw FROM events
        WHERE txid IS NOT NULL AND (txid, seq) > ($1::xid8, $2::bigint) AND NOT (txid = ANY($3::xid8[]))
@@ -89,6 +101,10 @@ export class ChangeFeed implements OwnTransactions {
   private listener: pg.Client | undefined;
   private reading: Promise<void> | undefined;
   private readAgain = false;
+  /** The first statement's snapshot of the last read that completed; unset after a failure. */
+  private lastSnapshot: string | undefined;
+  /** A NOTIFY since the last read began: something committed, so the snapshot is not worth asking. */
+  private notified = false;
   private waiting: Array<() => void> = [];
   private readonly timers: NodeJS.Timeout[] = [];
   private reconnectMs = 100;
@@ -100,8 +116,8 @@ export class ChangeFeed implements OwnTransactions {
   private readonly removals: { horizon: bigint; done: Set<bigint>; partial?: { txid: bigint; seq: bigint } } | undefined;
   /** When a read last finished (the hot tier refills after a long gap: removals may have been swept). */
   lastReadAt = Date.now();
-  /** Ephemeral events other processes sent here (tests). */
-  readonly stats = { ephemeralReceived: 0 };
+  /** Ephemeral events other processes sent here; reads that ended at the snapshot check, and reads that ran (tests). */
+  readonly stats = { ephemeralReceived: 0, readsUnchanged: 0, readsFull: 0 };
 
   constructor(
     private readonly url: string,
@@ -180,6 +196,19 @@ export class ChangeFeed implements OwnTransactions {
   }
 
   private async read(): Promise<void> {
+    const since = this.lastSnapshot;
+    this.lastSnapshot = undefined; // set again only if this read completes
+    if (since !== undefined && !this.notified && this.released.size === 0) {
+      const { rows } = await this.pool.query<{ snapshot: string }>(SNAPSHOT_SQL);
+      if (rows[0].snapshot === since) {
+        this.lastSnapshot = since;
+        this.stats.readsUnchanged++;
+        this.lastReadAt = Date.now();
+        return;
+      }
+    }
+    this.notified = false;
+    this.stats.readsFull++;
     if (this.released.size) {
       const txids = [...this.released];
       const { rows } = await this.pool.query<{ raw: string }>('SELECT raw FROM events WHERE txid = ANY($1::xid8[]) ORDER BY txid, seq', [txids.map(String)]);
@@ -189,12 +218,14 @@ export class ChangeFeed implements OwnTransactions {
     // Removals are read first: a removal seen now had its row's insert committed before it, so the
     // insert is in the read below if it was not delivered earlier, and the tier applies it first.
     const removed = this.removals ? await this.readRemovals(this.removals) : undefined;
+    let first = removed?.snapshot;
     // Always from the horizon: a transaction below the last row read may have committed since.
     let cursor = { txid: this.horizon, seq: -1n };
     let snapshot: { horizon: bigint; lsn: bigint } | undefined;
     for (;;) {
       const { rows } = await this.pool.query<FeedRow>(READ_SQL, [String(cursor.txid), String(cursor.seq), [...this.done].map(String), this.pageRows]);
       snapshot ??= { horizon: BigInt(rows[0].horizon), lsn: lsnValue(rows[0].lsn) };
+      first ??= rows[0].snapshot;
       const events: PreparedEvent[] = [];
       let count = 0;
       for (const row of rows) {
@@ -226,23 +257,26 @@ export class ChangeFeed implements OwnTransactions {
     }
     this.changes.advance(snapshot.lsn);
     this.lastReadAt = Date.now();
+    this.lastSnapshot = first;
   }
 
   /**
    * The ids removed by transactions not read yet, from the removal horizon on, in pages. The state
    * moves on only through `commit`, once they are announced: a read that fails later reads them again.
    */
-  private async readRemovals(state: NonNullable<ChangeFeed['removals']>): Promise<{ ids: string[]; commit(): void }> {
+  private async readRemovals(state: NonNullable<ChangeFeed['removals']>): Promise<{ ids: string[]; snapshot: string; commit(): void }> {
     const ids: string[] = [];
     const done = new Set(state.done);
     let partial = state.partial;
     let cursor = { txid: state.horizon, seq: -1n };
     let horizon: bigint | undefined;
+    let snapshot: string | undefined;
     for (;;) {
-      const { rows } = await this.pool.query<{ horizon: string; txid: string | null; seq: string | null; id: string | null }>(REMOVALS_SQL, [
+      const { rows } = await this.pool.query<{ horizon: string; snapshot: string; txid: string | null; seq: string | null; id: string | null }>(REMOVALS_SQL, [
         String(cursor.txid), String(cursor.seq), [...done].map(String), REMOVAL_PAGE_ROWS,
       ]);
       horizon ??= BigInt(rows[0].horizon);
+      snapshot ??= rows[0].snapshot;
       let count = 0;
       for (const row of rows) {
         if (row.txid === null) continue;
@@ -261,6 +295,7 @@ export class ChangeFeed implements OwnTransactions {
     const next = horizon > state.horizon ? horizon : state.horizon;
     return {
       ids,
+      snapshot: snapshot!,
       commit() {
         state.horizon = next;
         state.partial = undefined;
@@ -327,6 +362,7 @@ export class ChangeFeed implements OwnTransactions {
     if (channel === EVENTS_CHANNEL) {
       // This process's own transaction: the writer announced it already.
       if (/^\d+$/.test(payload) && this.done.has(BigInt(payload))) return;
+      this.notified = true;
       return this.requestRead();
     }
     // One at a time, so a payload that needs a fetch does not let later ones overtake it.

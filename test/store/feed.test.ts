@@ -1,6 +1,7 @@
 // The cross-process feed (src/store/feed.ts) on a real database: whatever another writer commits is
 // announced once, also when transactions commit out of their txid order, also across pages; a
 // transaction that rolls back is never announced, nor one the local writer claimed.
+import { randomBytes } from 'node:crypto';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type pg from 'pg';
 import { ChangeStream, type Change } from '../../src/store/changes.js';
@@ -26,13 +27,21 @@ let n = 0;
 const event = () => unsignedEvent({ content: `feed ${++n}`, created_at: 1_700_000_000 + n });
 
 /** A feed that polls rarely: each read in these tests is caused by a NOTIFY or by the test. */
-async function startFeed(pageRows?: number) {
+async function startFeed(pageRows?: number, options: { removals?: boolean; pool?: pg.Pool } = {}) {
   const changes = new ChangeStream();
   const announced: Change[] = [];
   changes.subscribe((c) => announced.push(c));
-  feed = await new ChangeFeed(db.url, db.pool, changes, silentLog, { pollMs: 60_000, pageRows }).start();
+  feed = await new ChangeFeed(db.url, options.pool ?? db.pool, changes, silentLog, { pollMs: 60_000, pageRows, removals: options.removals }).start();
   const ids = () => announced.flatMap((c) => (c.type === 'stored' ? c.events.map((p) => p.event.id) : []));
-  return { changes, announced, ids };
+  const removedIds = () => announced.flatMap((c) => (c.type === 'removed' ? c.ids : []));
+  return { changes, announced, ids, removedIds };
+}
+
+/** A removal recorded as a DELETE's trigger records it, but without its NOTIFY: only a read finds it. */
+async function removalWithoutNotify(): Promise<string> {
+  const id = randomBytes(32);
+  await db.pool.query('INSERT INTO event_removals (id) VALUES ($1)', [id]);
+  return id.toString('hex');
 }
 
 const until = (check: () => boolean, what: string) => untilWithin(check, what, 5000);
@@ -154,6 +163,45 @@ describe('ChangeFeed', () => {
     } finally {
       client.release();
     }
+  });
+
+  it('asks only for the snapshot while no transaction has ended, and reads in full once one has, NOTIFY or not', async () => {
+    const { removedIds } = await startFeed(undefined, { removals: true });
+    await settle();
+    // Other test files commit on the same server: wait for a quiet moment rather than assume one.
+    for (const quiet = Date.now() + 15_000; feed!.stats.readsUnchanged === 0 && Date.now() < quiet; ) await settle();
+    expect(feed!.stats.readsUnchanged).toBeGreaterThan(0);
+    const full = feed!.stats.readsFull;
+    const removed = await removalWithoutNotify();
+    await settle();
+    expect(feed!.stats.readsFull).toBeGreaterThan(full);
+    expect(removedIds()).toEqual([removed]);
+  });
+
+  it('compares with the snapshot of its last read\'s first statement: what ended between that read\'s statements is read next', async () => {
+    // The removals statement comes first; a removal committed after it and before the rows statement
+    // is missing from that read, and visible in the rows statement's snapshot. Comparing with that
+    // later snapshot would find nothing changed and never read the removal.
+    let between: (() => Promise<string>) | undefined;
+    let committedBetween: string | undefined;
+    const pool = Object.create(db.pool) as pg.Pool;
+    pool.query = (async (...args: Parameters<pg.Pool['query']>) => {
+      const result = await (db.pool.query as (...a: unknown[]) => Promise<unknown>)(...args);
+      if (between && String(args[0]).includes('FROM event_removals')) {
+        const commit = between;
+        between = undefined;
+        committedBetween = await commit();
+      }
+      return result;
+    }) as pg.Pool['query'];
+    const { removedIds } = await startFeed(undefined, { removals: true, pool });
+    await settle();
+    between = removalWithoutNotify;
+    const first = await removalWithoutNotify(); // a change, so the next read runs its statements
+    await settle();
+    expect(committedBetween).toBeDefined();
+    await settle();
+    expect(removedIds()).toEqual([first, committedBetween]);
   });
 
   it('passes ephemeral events between feeds, small ones in the payload and large ones through the table', async () => {
