@@ -25,27 +25,31 @@ const world = fc
     lists: fc.array(fc.array(fc.nat(), { maxLength: 120, size: 'max' }), { minLength: 1, maxLength: 8 }),
     dead: fc.array(fc.nat(), { maxLength: 20 }),
     kind: fc.constantFrom(1, 7, undefined),
+    since: fc.option(fc.integer({ min: 0, max: 21 }), { nil: undefined }),
   })
-  .map(({ events, lists, dead, kind }) => {
+  .map(({ events, lists, dead, kind, since }) => {
     const all = events.map((e, i) => held(i, e.at, e.kind));
     for (const d of dead) all[d % all.length]!.alive = false;
     // Each list holds an event at most once; different lists may share events.
     const runs = lists.map((picks) => [...new Set(picks.map((p) => all[p % all.length]!))].sort(listOrder));
-    return { all, runs, kind };
+    return { all, runs, kind, since };
   });
 
 describe('NewestFirst', () => {
-  it('gives the alive events that pass the test, each once, in result order', () => {
+  it('gives the alive events that pass the test, each once, in result order, none older than since', () => {
     fc.assert(
-      fc.property(world, ({ runs, kind }) => {
+      fc.property(world, ({ runs, kind, since }) => {
         const test = kind === undefined ? undefined : (e: HeldEvent) => e.kind === kind;
         const walk = new NewestFirst(
           runs.map((items) => new Run(items, items.length - 1, 0)),
           test,
+          since,
         );
         const out: HeldEvent[] = [];
         for (let e = walk.next(); e !== undefined; e = walk.next()) out.push(e);
-        const expected = [...new Set(runs.flat())].filter((e) => e.alive && (test === undefined || test(e))).sort((a, b) => (newerFirst(a, b) ? -1 : 1));
+        const expected = [...new Set(runs.flat())]
+          .filter((e) => e.alive && (test === undefined || test(e)) && (since === undefined || e.created_at >= since))
+          .sort((a, b) => (newerFirst(a, b) ? -1 : 1));
         expect(out.map((e) => e.id)).toEqual(expected.map((e) => e.id));
       }),
       { numRuns: 1000 },
@@ -63,5 +67,22 @@ describe('NewestFirst', () => {
     const out: number[] = [];
     for (let e = walk.next(); e !== undefined; e = walk.next()) out.push(e.created_at);
     expect(out).toEqual([1150, 1100, 1100, 1050, 1010, 1000]);
+  });
+
+  it('ends at since, even when the test fails every older entry', () => {
+    // A filter's `since` is in its test too (compileFilter); the failing entries below it are dropped
+    // inside the merge, so only the floor stops the walk before the lists' oldest entries.
+    const events = Array.from({ length: 10_000 }, (_, i) => held(i, i, 1)).sort(listOrder);
+    const others = Array.from({ length: 3 }, (_, k) => Array.from({ length: 1000 }, (_, i) => held(20_000 + 1000 * k + i, 10 * i + k, 1)).sort(listOrder));
+    let tested = 0;
+    const walk = new NewestFirst(
+      [events, ...others].map((items) => new Run(items, items.length - 1, 0)),
+      (e) => (tested++, e.created_at >= 9990),
+      9990,
+    );
+    const out: number[] = [];
+    for (let e = walk.next(); e !== undefined; e = walk.next()) out.push(e.created_at);
+    expect(out).toEqual([9999, 9998, 9997, 9996, 9995, 9994, 9993, 9992, 9992, 9991, 9991, 9990, 9990]);
+    expect(tested).toBeLessThan(100);
   });
 });

@@ -67,10 +67,16 @@ export class NewestFirst {
   private readonly heap: Run[] = [];
   private last: HeldEvent | undefined;
 
-  /** `test`: only events that pass it come out. */
+  /**
+   * `test`: only events that pass it come out. `since`: none older comes out, and the walk ends at
+   * the first entry older than it. The test may check `since` too, but failing entries are dropped
+   * inside the merge: without the floor a filter's `since` would not end the walk, and it would read
+   * every list to its oldest entry (a one-hour `since` over the 1M corpus: ~90 ms instead of <1).
+   */
   constructor(
     runs: Run[],
     private readonly test?: EventTest,
+    private readonly since = -Infinity,
   ) {
     // The newest entry of each run, and its event, read first in a loop whose reads do not wait on
     // one another: most are not in the CPU cache, and advance() below would wait for each in turn.
@@ -79,11 +85,12 @@ export class NewestFirst {
     for (let i = (this.heap.length >> 1) - 1; i >= 0; i--) this.siftDown(i);
   }
 
-  /** The next event in result order that passes the test, or undefined when every run is read. */
+  /** The next event in result order that passes the test, or undefined when every run is read (down to `since`). */
   next(): HeldEvent | undefined {
     const { heap } = this;
     while (heap.length > 0) {
       const top = heap[0];
+      if (top.at < this.since) return undefined; // the newest unread entry: every other is older
       const event = top.head!;
       const passed = top.passed;
       if (!top.advance(this.test)) {

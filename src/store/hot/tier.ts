@@ -181,9 +181,8 @@ export class HotTier {
     const out: StoredRow[] = [];
     // Only matching events come out of the walk. One below the window (while the limit is not
     // reached) means the answer may go on in PostgreSQL only; a non-matching one cannot be in it.
-    const walk = new NewestFirst(runs, liveAndMatching(matches, now));
+    const walk = new NewestFirst(runs, liveAndMatching(matches, now), since);
     for (let e = walk.next(); e !== undefined; e = walk.next()) {
-      if (e.created_at < since) break;
       if (!trusted && e.created_at < this.start) return undefined; // the rest may be in PostgreSQL only
       out.push(e); // a StoredRow as it is (id, raw): a row object per event would only be garbage
       if (out.length >= filter.limit) return out;
@@ -205,8 +204,8 @@ export class HotTier {
     const counted = plans.length > 1 ? new Set<HeldEvent>() : undefined;
     let n = 0;
     for (const { since, runs, matches } of plans) {
-      const walk = new NewestFirst(runs, liveAndMatching(matches, now));
-      for (let e = walk.next(); e !== undefined && e.created_at >= since; e = walk.next()) {
+      const walk = new NewestFirst(runs, liveAndMatching(matches, now), since);
+      for (let e = walk.next(); e !== undefined; e = walk.next()) {
         if (counted) counted.add(e);
         else n++;
       }
