@@ -89,6 +89,7 @@ export class RelayMetrics {
   private readonly refusedConnections: Counter<'reason'>;
   private readonly reads: Counter<'database'>;
   private readonly feedEvents: Counter<'type'>;
+  private readonly feedReads: Counter<'result'>;
   private readonly webhookDeliveries: Counter<'outcome'>;
   private readonly tierReqs: Counter<'answered'>;
 
@@ -114,6 +115,12 @@ export class RelayMetrics {
     this.refusedConnections = new Counter({ name: 'nostr_connections_refused_total', help: 'WebSocket upgrades refused, by reason', labelNames: ['reason'], registers });
     this.reads = new Counter({ name: 'pgrelay_read_queries_total', help: 'REQ and COUNT queries, by the database that ran them', labelNames: ['database'], registers });
     this.feedEvents = new Counter({ name: 'pgrelay_feed_events_total', help: 'Events learnt from other writers through the database (other processes, hosts, imports)', labelNames: ['type'], registers });
+    this.feedReads = new Counter({
+      name: 'pgrelay_feed_reads_total',
+      help: 'Live feed reads: unchanged (one snapshot query: nothing had ended since the last read) or full',
+      labelNames: ['result'],
+      registers,
+    });
     const gauge = (name: string, help: string, read: () => number) =>
       new Gauge({ name, help, registers, collect() { this.set(read()); } });
     gauge('nostr_connections', 'Open WebSocket connections', sources.connections);
@@ -198,6 +205,11 @@ export class RelayMetrics {
   /** A change another writer committed, as the live feed announced it. */
   remote(type: 'stored' | 'ephemeral', n: number): void {
     this.feedEvents.inc({ type }, n);
+  }
+
+  /** A live feed read ended (store/feed.ts). */
+  feedRead(result: 'unchanged' | 'full'): void {
+    this.feedReads.inc({ result });
   }
 
   /** Where a REQ's stored events came from (the hot tier's planner). */

@@ -47,6 +47,8 @@ export interface FeedOptions {
   pageRows?: number;
   /** Also read what every writer deleted (event_removals) and announce it as `removed` (the hot tier needs it). */
   removals?: boolean;
+  /** Called as each read ends: `unchanged` when the snapshot check was the whole read (metrics). */
+  onRead?: (result: 'unchanged' | 'full') => void;
 }
 
 /** event_removals rows are kept this long for processes to read (a process behind by more refills its tier). */
@@ -113,6 +115,7 @@ export class ChangeFeed implements OwnTransactions {
   private ephemeralIn: Promise<void> = Promise.resolve();
   private readonly pollMs: number;
   private readonly pageRows: number;
+  private readonly onRead: FeedOptions['onRead'];
   private readonly removals: { horizon: bigint; done: Set<bigint>; partial?: { txid: bigint; seq: bigint } } | undefined;
   /** When a read last finished (the hot tier refills after a long gap: removals may have been swept). */
   lastReadAt = Date.now();
@@ -128,6 +131,7 @@ export class ChangeFeed implements OwnTransactions {
   ) {
     this.pollMs = options.pollMs ?? 1000;
     this.pageRows = options.pageRows ?? 1000;
+    this.onRead = options.onRead;
     this.removals = options.removals ? { horizon: 0n, done: new Set() } : undefined;
   }
 
@@ -204,6 +208,7 @@ export class ChangeFeed implements OwnTransactions {
         this.lastSnapshot = since;
         this.stats.readsUnchanged++;
         this.lastReadAt = Date.now();
+        this.onRead?.('unchanged');
         return;
       }
     }
@@ -258,6 +263,7 @@ export class ChangeFeed implements OwnTransactions {
     this.changes.advance(snapshot.lsn);
     this.lastReadAt = Date.now();
     this.lastSnapshot = first;
+    this.onRead?.('full');
   }
 
   /**

@@ -36,6 +36,12 @@ async function answeredFromMemory(): Promise<number> {
   return Number(/^pgrelay_hot_tier_reqs_total\{answered="memory"\} (\d+)$/m.exec(text)?.[1] ?? 0);
 }
 
+async function feedReads(): Promise<{ unchanged: number; full: number }> {
+  const text = await (await fetch(`${a.url.replace('ws', 'http')}/metrics`)).text();
+  const count = (result: string) => Number(new RegExp(`^pgrelay_feed_reads_total\\{result="${result}"\\} (\\d+)$`, 'm').exec(text)?.[1] ?? 0);
+  return { unchanged: count('unchanged'), full: count('full') };
+}
+
 describe('hot tier', () => {
   it('answers REQs inside its window from memory, exactly as PostgreSQL does', async () => {
     const [alice, bob] = [newSigner(), newSigner()];
@@ -59,6 +65,16 @@ describe('hot tier', () => {
     }
     expect((await answeredFromMemory()) - before).toBeGreaterThanOrEqual(4);
     expect(await ca.count('c1', { authors: [alice.pubkey], since: t - 100 })).toBe(30);
+  });
+
+  it('waits for a feed read per REQ, which is the snapshot check alone while nothing is written (pgrelay_feed_reads_total)', async () => {
+    const before = await feedReads();
+    for (let i = 0; i < 5; i++) await fetchA({ kinds: [1], limit: 1 });
+    let after = await feedReads();
+    expect(after.unchanged + after.full - before.unchanged - before.full).toBeGreaterThanOrEqual(5);
+    // Other test files commit on the same server: wait for a quiet moment rather than assume one.
+    for (const end = Date.now() + 15_000; after.unchanged === before.unchanged && Date.now() < end; after = await feedReads()) await fetchA({ kinds: [1], limit: 1 });
+    expect(after.unchanged).toBeGreaterThan(before.unchanged);
   });
 
   it('serves an event another relay process committed in the next REQ', async () => {
