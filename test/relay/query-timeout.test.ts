@@ -4,9 +4,12 @@ import { TestClient } from '../support/client.js';
 import { newSigner } from '../support/keys.js';
 import { startTestRelay, type TestRelay } from '../support/relay.js';
 
+// Both relays here have no hot tier: these are the PostgreSQL path's limits. With a tier, a REQ it
+// can answer needs no table while nothing is written (the feed read before it is a snapshot query,
+// store/feed.ts), so a locked events table would not stop it.
 let relay: TestRelay;
 beforeAll(async () => {
-  relay = await startTestRelay({ QUERY_TIMEOUT_MS: '300' });
+  relay = await startTestRelay({ QUERY_TIMEOUT_MS: '300', HOT_TIER_MB: '0' });
 });
 afterAll(async () => {
   await relay.close();
@@ -37,7 +40,7 @@ describe('statement timeout', () => {
 
 describe('pool exhaustion', () => {
   it('refuses a REQ with rate-limited: when no database connection frees up in time', async () => {
-    const busy = await startTestRelay({ DB_POOL_SIZE: '1', QUERY_TIMEOUT_MS: '20000' });
+    const busy = await startTestRelay({ DB_POOL_SIZE: '1', QUERY_TIMEOUT_MS: '20000', HOT_TIER_MB: '0' });
     const blocker = new pg.Client({ connectionString: busy.db.url });
     await blocker.connect();
     await blocker.query('BEGIN');
