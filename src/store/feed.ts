@@ -58,8 +58,8 @@ const REMOVAL_PAGE_ROWS = 10_000;
 // Removals, from every writer including this process (its writer does not announce what it deletes):
 // the same horizon technique as new rows, with its own set of transactions already read.
 const REMOVALS_SQL = `
-  SELECT s.horizon, s.snapshot, r.txid::text AS txid, r.seq::text AS seq, encode(r.id, 'hex') AS id
-    FROM (SELECT pg_snapshot_xmin(pg_current_snapshot())::text AS horizon, pg_current_snapshot()::text AS snapshot) s
+  SELECT s.snapshot, r.txid::text AS txid, r.seq::text AS seq, encode(r.id, 'hex') AS id
+    FROM (SELECT pg_current_snapshot()::text AS snapshot) s
     LEFT JOIN LATERAL (
       SELECT txid, seq, id FROM event_removals
        WHERE (txid, seq) > ($1::xid8, $2::bigint) AND NOT (txid = ANY($3::xid8[]))
@@ -69,8 +69,12 @@ const REMOVALS_SQL = `
 /** The snapshot alone (`xmin:xmax:in-progress list`, the list sorted): equal text, equal visibility. */
 const SNAPSHOT_SQL = 'SELECT pg_current_snapshot()::text AS snapshot';
 
+/** A snapshot's xmin (its text's first field): every transaction below it had finished. */
+function xminOf(snapshot: string): bigint {
+  return BigInt(snapshot.slice(0, snapshot.indexOf(':')));
+}
+
 interface FeedRow {
-  horizon: string;
   snapshot: string;
   lsn: string;
   txid: string | null;
@@ -79,11 +83,10 @@ interface FeedRow {
 }
 
 // One statement, so the horizon and the rows come from the same snapshot. The LEFT JOIN returns the
-// snapshot's horizon and WAL position even when there are no rows.
+// snapshot and WAL position even when there are no rows.
 const READ_SQL = `
-  SELECT s.horizon, s.snapshot, s.lsn, e.txid::text AS txid, e.seq::text AS seq, e.raw
-    FROM (SELECT pg_snapshot_xmin(pg_current_snapshot())::text AS horizon, pg_current_snapshot()::text AS snapshot,
-                 pg_current_wal_insert_lsn()::text AS lsn) s
+  SELECT s.snapshot, s.lsn, e.txid::text AS txid, e.seq::text AS seq, e.raw
+    FROM (SELECT pg_current_snapshot()::text AS snapshot, pg_current_wal_insert_lsn()::text AS lsn) s
     LEFT JOIN LATERAL (
       SELECT txid, seq, raw FROM events
        WHERE txid IS NOT NULL AND (txid, seq) > ($1::xid8, $2::bigint) AND NOT (txid = ANY($3::xid8[]))
@@ -119,8 +122,8 @@ export class ChangeFeed implements OwnTransactions {
   private readonly removals: { horizon: bigint; done: Set<bigint>; partial?: { txid: bigint; seq: bigint } } | undefined;
   /** When a read last finished (the hot tier refills after a long gap: removals may have been swept). */
   lastReadAt = Date.now();
-  /** Ephemeral events other processes sent here; reads that ended at the snapshot check, and reads that ran (tests). */
-  readonly stats = { ephemeralReceived: 0, readsUnchanged: 0, readsFull: 0 };
+  /** Ephemeral events other processes sent here (tests). */
+  readonly stats = { ephemeralReceived: 0 };
 
   constructor(
     private readonly url: string,
@@ -137,7 +140,7 @@ export class ChangeFeed implements OwnTransactions {
 
   async start(): Promise<this> {
     const { rows } = await this.pool.query<FeedRow>(READ_SQL, ['0', -1, [], 0]);
-    this.horizon = BigInt(rows[0].horizon);
+    this.horizon = xminOf(rows[0].snapshot);
     if (this.removals) this.removals.horizon = this.horizon;
     this.changes.advance(lsnValue(rows[0].lsn));
     await this.connect();
@@ -200,20 +203,18 @@ export class ChangeFeed implements OwnTransactions {
   }
 
   private async read(): Promise<void> {
-    const since = this.lastSnapshot;
+    const previous = this.lastSnapshot;
     this.lastSnapshot = undefined; // set again only if this read completes
-    if (since !== undefined && !this.notified && this.released.size === 0) {
+    if (previous !== undefined && !this.notified && this.released.size === 0) {
       const { rows } = await this.pool.query<{ snapshot: string }>(SNAPSHOT_SQL);
-      if (rows[0].snapshot === since) {
-        this.lastSnapshot = since;
-        this.stats.readsUnchanged++;
+      if (rows[0].snapshot === previous) {
+        this.lastSnapshot = previous;
         this.lastReadAt = Date.now();
         this.onRead?.('unchanged');
         return;
       }
     }
     this.notified = false;
-    this.stats.readsFull++;
     if (this.released.size) {
       const txids = [...this.released];
       const { rows } = await this.pool.query<{ raw: string }>('SELECT raw FROM events WHERE txid = ANY($1::xid8[]) ORDER BY txid, seq', [txids.map(String)]);
@@ -229,7 +230,7 @@ export class ChangeFeed implements OwnTransactions {
     let snapshot: { horizon: bigint; lsn: bigint } | undefined;
     for (;;) {
       const { rows } = await this.pool.query<FeedRow>(READ_SQL, [String(cursor.txid), String(cursor.seq), [...this.done].map(String), this.pageRows]);
-      snapshot ??= { horizon: BigInt(rows[0].horizon), lsn: lsnValue(rows[0].lsn) };
+      snapshot ??= { horizon: xminOf(rows[0].snapshot), lsn: lsnValue(rows[0].lsn) };
       first ??= rows[0].snapshot;
       const events: PreparedEvent[] = [];
       let count = 0;
@@ -275,13 +276,11 @@ export class ChangeFeed implements OwnTransactions {
     const done = new Set(state.done);
     let partial = state.partial;
     let cursor = { txid: state.horizon, seq: -1n };
-    let horizon: bigint | undefined;
     let snapshot: string | undefined;
     for (;;) {
-      const { rows } = await this.pool.query<{ horizon: string; snapshot: string; txid: string | null; seq: string | null; id: string | null }>(REMOVALS_SQL, [
+      const { rows } = await this.pool.query<{ snapshot: string; txid: string | null; seq: string | null; id: string | null }>(REMOVALS_SQL, [
         String(cursor.txid), String(cursor.seq), [...done].map(String), REMOVAL_PAGE_ROWS,
       ]);
-      horizon ??= BigInt(rows[0].horizon);
       snapshot ??= rows[0].snapshot;
       let count = 0;
       for (const row of rows) {
@@ -298,6 +297,7 @@ export class ChangeFeed implements OwnTransactions {
       if (count < REMOVAL_PAGE_ROWS) break;
     }
     if (partial) done.add(partial.txid);
+    const horizon = xminOf(snapshot!);
     const next = horizon > state.horizon ? horizon : state.horizon;
     return {
       ids,

@@ -31,15 +31,17 @@ let sub = 0;
 const fetchA = (...filters: object[]) => ca.fetch(`a${++sub}`, ...filters);
 const fetchB = (...filters: object[]) => cb.fetch(`b${++sub}`, ...filters);
 
-async function answeredFromMemory(): Promise<number> {
+/** A counter's value in relay A's /metrics (0 while it has none). */
+async function counterA(series: string): Promise<number> {
   const text = await (await fetch(`${a.url.replace('ws', 'http')}/metrics`)).text();
-  return Number(/^pgrelay_hot_tier_reqs_total\{answered="memory"\} (\d+)$/m.exec(text)?.[1] ?? 0);
+  const line = text.split('\n').find((l) => l.startsWith(`${series} `));
+  return Number(line?.slice(series.length + 1) ?? 0);
 }
 
+const answeredFromMemory = () => counterA('pgrelay_hot_tier_reqs_total{answered="memory"}');
+
 async function feedReads(): Promise<{ unchanged: number; full: number }> {
-  const text = await (await fetch(`${a.url.replace('ws', 'http')}/metrics`)).text();
-  const count = (result: string) => Number(new RegExp(`^pgrelay_feed_reads_total\\{result="${result}"\\} (\\d+)$`, 'm').exec(text)?.[1] ?? 0);
-  return { unchanged: count('unchanged'), full: count('full') };
+  return { unchanged: await counterA('pgrelay_feed_reads_total{result="unchanged"}'), full: await counterA('pgrelay_feed_reads_total{result="full"}') };
 }
 
 describe('hot tier', () => {
