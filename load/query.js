@@ -16,36 +16,11 @@
 // per message is what limits a run.
 import { check } from 'k6';
 import exec from 'k6/execution';
-import { SharedArray } from 'k6/data';
-import { Counter, Trend } from 'k6/metrics';
 import ws from 'k6/ws';
-import { RELAY_URL, SUMMARY_TREND_STATS, baseThresholds, durationMs, envNumber, relayErrors, verbOf } from './lib/common.js';
+import { RELAY_URL, durationMs, relayErrors, verbOf } from './lib/common.js';
+import { DURATION, RATE, TIMEOUT_MS, answered, mix } from './lib/query.js';
 
-const mix = new SharedArray('query mix', () => JSON.parse(open(__ENV.QUERY_MIX || './data/query-mix.json')));
-const eoseMs = new Trend('eose_ms', true);
-const reqsDone = new Counter('reqs'); // its rate is the throughput (REQs answered with EOSE per second)
-const reqEvents = new Counter('req_events');
-const reqEventsPerReq = new Trend('req_events_per_req');
-
-const VUS = envNumber('VUS', 10);
-const DURATION = __ENV.DURATION || '30s';
-const RATE = envNumber('RATE', 0);
-const TIMEOUT_MS = envNumber('REQ_TIMEOUT_MS', 30000);
-const SHAPES = (__ENV.SHAPES || '').split(',').filter(Boolean);
-
-const thresholds = baseThresholds('eose_ms');
-// A threshold on each shape's sub-metric makes k6 report it in the summary (the runner's per-shape table).
-for (const s of SHAPES) thresholds[`eose_ms{shape:${s}}`] = ['max>=0'];
-
-export const options = {
-  scenarios: {
-    query: RATE > 0
-      ? { executor: 'constant-arrival-rate', rate: RATE, timeUnit: '1s', duration: DURATION, preAllocatedVUs: VUS, maxVUs: VUS, gracefulStop: '30s' }
-      : { executor: 'constant-vus', vus: VUS, duration: DURATION, gracefulStop: '60s' },
-  },
-  thresholds,
-  summaryTrendStats: SUMMARY_TREND_STATS,
-};
+export { options } from './lib/query.js';
 
 let counter = 0;
 const EVENT_FROM = '["EVENT"';
@@ -61,12 +36,8 @@ function requests(socket, more) {
     const r = current;
     if (!r) return;
     current = undefined;
-    if (ok) {
-      eoseMs.add(Date.now() - r.started, r.tags);
-      reqsDone.add(1, r.tags);
-      reqEvents.add(r.events, r.tags);
-      reqEventsPerReq.add(r.events, r.tags);
-    } else relayErrors.add(1, { reason, shape: r.tags.shape });
+    if (ok) answered(Date.now() - r.started, r.events, r.tags);
+    else relayErrors.add(1, { reason, shape: r.tags.shape });
     check(null, { 'REQ answered with EOSE': () => ok });
     if (reason === 'ws-close') return;
     socket.send(`["CLOSE","${r.subId}"]`);

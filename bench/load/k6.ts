@@ -5,6 +5,7 @@ import { createWriteStream, existsSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
+import { packageRoot } from '../../src/paths.js';
 import type { K6Summary } from './report.js';
 
 /** k6 from --k6, $K6, PATH, or where `go install` puts it. */
@@ -24,6 +25,13 @@ export function findK6(explicit?: string): string {
   candidates.push(path.join(os.homedir(), 'go', 'bin', 'k6'));
   const found = candidates.find((c) => c && existsSync(c));
   if (!found) throw new Error('k6 not found: install it with `npm run load:install-k6` (or pass --k6 PATH)');
+  return found;
+}
+
+/** The k6 with the k6/x/nostr module (load/k6-nostr), from --k6, $K6_NOSTR or load/bin/k6-nostr. */
+export function findK6Nostr(explicit?: string): string {
+  const found = [explicit, process.env.K6_NOSTR, path.join(packageRoot(), 'load', 'bin', 'k6-nostr')].find((c) => c && existsSync(c));
+  if (!found) throw new Error('the k6 with k6/x/nostr is not built: run `npm run load:build-k6-nostr` (needs Go), or pass --k6 PATH');
   return found;
 }
 

@@ -15,7 +15,7 @@ import { prewarm } from '../lib/prewarm.js';
 import { waitForHotTier } from '../lib/relay-process.js';
 import { relayPids, startRelays, type RelayGroup } from '../lib/relays.js';
 import { DEFAULT_QUERY_SHAPES, ensurePublishEvents, fanoutMessages, publishSigners, queryMix, signer } from './data.js';
-import { findK6, k6Version, runK6 } from './k6.js';
+import { findK6, findK6Nostr, k6Version, runK6 } from './k6.js';
 import { latencySvg, ladderTable, SCENARIOS, shapeTable, stat, throughput, type ScenarioName, type Step, type StepSystem } from './report.js';
 import {
   cpuTracker, establishedConnections, loadAverage, machineDescription, openFileLimit, postgresPids, reapedChildrenCpuSeconds, rssBytes,
@@ -66,7 +66,12 @@ options:
   --database-url URL    use this PostgreSQL instead of the embedded one (never reset: seed it yourself)
   --seed-events N       corpus size for query (default: keep the seeded corpus, or seed 1000000)
   --out DIR             output folder (default bench-out/load/<scenario>)
-  --k6 PATH             the k6 binary (default: PATH, then $(go env GOPATH)/bin/k6)
+  --client k6ws|native  query: how k6 reads each REQ's answer. k6ws (default): load/query.js, every
+                        message through k6/ws into the script. native: load/query-native.js, read in
+                        Go by the k6/x/nostr module, a fraction of the client CPU per REQ; needs the k6
+                        that \`npm run load:build-k6-nostr\` builds (load/bin/k6-nostr)
+  --k6 PATH             the k6 binary (default: PATH, then $(go env GOPATH)/bin/k6; with --client
+                        native: $K6_NOSTR, then load/bin/k6-nostr)
   --report DIR          only render DIR/results.json again as results.md and latency.svg`;
 
 interface Args {
@@ -94,6 +99,8 @@ interface Args {
   seedEvents?: number;
   out: string;
   k6?: string;
+  /** query: the reader, k6/ws in the script or k6/x/nostr in Go. */
+  client: 'k6ws' | 'native';
 }
 
 const list = (text: string) => text.split(',').map((v) => {
@@ -136,6 +143,7 @@ function parse(): Args | { report: string } | undefined {
       'seed-events': { type: 'string' },
       out: { type: 'string' },
       k6: { type: 'string' },
+      client: { type: 'string', default: 'k6ws' },
       report: { type: 'string' },
       help: { type: 'boolean', default: false },
     },
@@ -156,6 +164,8 @@ function parse(): Args | { report: string } | undefined {
   for (const d of [values.duration!, values.hold!, values.ramp!, values.warmup!]) seconds(d); // validate early
   if (!/^(auto|[1-9]\d*)$/.test(values.workers!)) throw new Error(`--workers must be a positive integer or auto, got ${values.workers}`);
   const [relays] = list(values.relays!);
+  if (values.client !== 'k6ws' && values.client !== 'native') throw new Error(`--client must be k6ws or native, got ${values.client}`);
+  if (values.client === 'native' && scenario !== 'query') throw new Error('--client native is for the query scenario');
   if (relays > 1 && (scenario !== 'fanout' || values.url)) throw new Error('--relays is for the fanout scenario, with relays started here (no --url)');
   return {
     scenario,
@@ -179,6 +189,7 @@ function parse(): Args | { report: string } | undefined {
     seedEvents: values['seed-events'] ? Number(values['seed-events']) : undefined,
     out: path.resolve(values.out ?? path.join(ROOT, 'bench-out', 'load', scenario + (openLoop ? '-open' : ''))),
     k6: values.k6,
+    client: values.client,
   };
 }
 
@@ -342,7 +353,10 @@ async function runQuery(ctx: Context): Promise<void> {
   const { rows } = await db.pool.query('SELECT count(*)::bigint AS n FROM events');
   ctx.notes.push(`Corpus: ${Number(rows[0].n).toLocaleString('en-US')} events (bench:seed, seed ${manifest.seed}); mix: ${a.shapes.join(', ')} in equal turns, 1,000 pre-drawn REQs.`);
   const env = { QUERY_MIX: mixFile, SHAPES: a.shapes.join(','), DURATION: a.duration };
-  const script = path.join(LOAD_DIR, 'query.js');
+  const script = path.join(LOAD_DIR, a.client === 'native' ? 'query-native.js' : 'query.js');
+  ctx.notes.push(a.client === 'native'
+    ? 'Client: load/query-native.js, each answer read in Go by the k6/x/nostr module (load/k6-nostr).'
+    : 'Client: load/query.js, each message read through k6/ws into the script.');
   if (seconds(a.warmup) > 0) await step(ctx, 0, script, { ...env, VUS: a.openLoop ? 5 : Math.min(10, a.ladder[0]), DURATION: a.warmup }, 'warmup', false);
   for (const x of a.ladder)
     await step(ctx, x, script, a.openLoop ? { ...env, RATE: x, VUS: a.maxVus } : { ...env, VUS: x }, a.openLoop ? `${x}per-s` : `${x}vus`);
@@ -425,7 +439,7 @@ async function main(): Promise<void> {
     const r = JSON.parse(await readFile(path.join(a.report, 'results.json'), 'utf8')) as Results;
     return render(r, a.report);
   }
-  const k6 = findK6(a.k6);
+  const k6 = a.client === 'native' ? findK6Nostr(a.k6) : findK6(a.k6);
   await mkdir(path.join(a.out, 'steps'), { recursive: true });
   await mkdir(CACHE_DIR, { recursive: true });
   // The relay and the database: never the developer's ./data or a DATABASE_URL from .env by accident.
