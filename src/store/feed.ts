@@ -111,6 +111,8 @@ export class ChangeFeed implements OwnTransactions {
   /** A NOTIFY since the last read began: something committed, so the snapshot is not worth asking. */
   private notified = false;
   private waiting: Array<() => void> = [];
+  /** nextRead's promise for the read that starts next (shared by its callers). */
+  private nextReadDone: Promise<void> | undefined;
   private readonly timers: NodeJS.Timeout[] = [];
   private reconnectMs = 100;
   private stopped = false;
@@ -176,6 +178,14 @@ export class ChangeFeed implements OwnTransactions {
     this.waiting.push(fn);
   }
 
+  /**
+   * afterNextRead as a promise, one for every caller until that read starts (the hot tier's REQs:
+   * hundreds a second share a few reads).
+   */
+  nextRead(): Promise<void> {
+    return (this.nextReadDone ??= new Promise<void>((resolve) => this.afterNextRead(resolve)));
+  }
+
   /** A read now, or right after the one under way. */
   requestRead(): void {
     if (this.stopped) return;
@@ -185,6 +195,7 @@ export class ChangeFeed implements OwnTransactions {
     }
     const waiting = this.waiting;
     this.waiting = [];
+    this.nextReadDone = undefined; // its read starts now: later callers wait for the one after
     this.reading = this.read()
       .then(
         () => waiting.forEach((fn) => fn()),
