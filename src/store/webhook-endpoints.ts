@@ -130,7 +130,7 @@ export async function setPaused(pool: pg.Pool, id: number, paused: boolean): Pro
 }
 
 /** Deliveries removed per statement while an endpoint is removed. */
-const REMOVE_BATCH = 10_000;
+const REMOVE_BATCH = 2_000;
 
 /**
  * Removes an endpoint and its deliveries. Returns how many deliveries were dropped, or undefined when
