@@ -130,7 +130,7 @@ export async function setPaused(pool: pg.Pool, id: number, paused: boolean): Pro
 }
 
 /** Deliveries removed per statement while an endpoint is removed. */
-const REMOVE_BATCH = 2_000;
+const REMOVE_BATCH = 10_000;
 
 /**
  * Removes an endpoint and its deliveries. Returns how many deliveries were dropped, or undefined when
@@ -144,7 +144,12 @@ export async function removeEndpoint(pool: pg.Pool, id: number): Promise<{ queue
   if (!(await setPaused(pool, id, true))) return undefined;
   const dropped = { queued: 0, dead: 0 };
   const count = (rows: Array<{ queued: number; dead: number }>) => ((dropped.queued += rows[0].queued), (dropped.dead += rows[0].dead), rows[0].queued + rows[0].dead);
-  const DELETE = `WITH gone AS (DELETE FROM webhook_deliveries WHERE id IN (SELECT id FROM webhook_deliveries WHERE endpoint_id = $1 ORDER BY id LIMIT $2) RETURNING dead)
+  // A batch is the endpoint's deliveries up to the id of its LIMIT-th, deleted as one range of the
+  // (endpoint_id, id) index. Not `id IN (SELECT … LIMIT n)`: on statistics taken while the queue was
+  // empty, PostgreSQL runs that as a nested loop that reads the whole subquery again for each row of
+  // the table (32 s for 2,000 of 25,000 rows, measured; 25 ms with current statistics).
+  const DELETE = `WITH batch_end AS (SELECT max(id) AS id FROM (SELECT id FROM webhook_deliveries WHERE endpoint_id = $1 ORDER BY id LIMIT $2) b),
+                  gone AS (DELETE FROM webhook_deliveries WHERE endpoint_id = $1 AND id <= (SELECT id FROM batch_end) RETURNING dead)
                   SELECT count(*) FILTER (WHERE NOT dead)::int AS queued, count(*) FILTER (WHERE dead)::int AS dead FROM gone`;
   while (count((await pool.query<{ queued: number; dead: number }>(DELETE, [id, REMOVE_BATCH])).rows) === REMOVE_BATCH);
   const removed = await changeEndpoints(pool, async (client) => {

@@ -24,17 +24,10 @@ const NO_RATE_LIMITS = {
   MAX_CONNECTIONS_PER_ADDRESS: '0',
 };
 
-/**
- * The statement timeout is generous unless a test sets it: test files share two cores and one disk, and
- * statements that take under 100 ms alone (a 10,000-row delete, a 200,000-row insert) ran past the
- * default 5 s in CI. test/relay/query-timeout.test.ts tests the timeout with its own values.
- */
-const SLOW_MACHINE = { QUERY_TIMEOUT_MS: '60000' };
-
 /** `databaseUrl`: share another test relay's database (several relay processes on one database). */
 export async function startTestRelay(env: Record<string, string> = {}, databaseUrl?: string): Promise<TestRelay> {
   databaseUrl ??= await createTestDatabase();
-  const config = parseConfig({ PORT: '0', HOST: '127.0.0.1', LOG_LEVEL: process.env.TEST_LOG_LEVEL ?? 'silent', ...NO_RATE_LIMITS, ...SLOW_MACHINE, ...env, DATABASE_URL: databaseUrl });
+  const config = parseConfig({ PORT: '0', HOST: '127.0.0.1', LOG_LEVEL: process.env.TEST_LOG_LEVEL ?? 'silent', ...NO_RATE_LIMITS, ...env, DATABASE_URL: databaseUrl });
   const log = createLogger(config.LOG_LEVEL);
   const db = await openDatabase(config, log);
   const relay = await startRelay(config, db, log);
