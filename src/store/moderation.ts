@@ -5,6 +5,7 @@
 import type pg from 'pg';
 import type { Logger } from '../log.js';
 import { noModeration, type ModerationLists, type ModerationSource } from '../policy/moderation.js';
+import { deleteEventsWhere } from './batched-delete.js';
 import { withTransaction } from './write.js';
 
 const hex = (s: string) => Buffer.from(s, 'hex');
@@ -188,14 +189,6 @@ export async function setRelayInfo(pool: pg.Pool, field: RelayInfoField, value: 
  * Deletes every stored event of a pubkey, in batches of `batchSize` (each its own short
  * transaction, as prune does, so writers never wait long). Returns how many were removed.
  */
-export async function purgePubkey(pool: pg.Pool, pubkey: string, batchSize = 1000): Promise<number> {
-  let removed = 0;
-  for (;;) {
-    const { rowCount } = await pool.query(
-      'DELETE FROM events WHERE id IN (SELECT id FROM events WHERE pubkey = $1 LIMIT $2)',
-      [hex(pubkey), batchSize],
-    );
-    removed += rowCount ?? 0;
-    if ((rowCount ?? 0) < batchSize) return removed;
-  }
+export function purgePubkey(pool: pg.Pool, pubkey: string, batchSize = 1000): Promise<number> {
+  return deleteEventsWhere(pool, 'pubkey = $1', [hex(pubkey)], batchSize);
 }
