@@ -5,6 +5,7 @@
 // no relay is invalid; a kind 5 against a kind 62 does nothing.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { NostrEvent } from '../../src/nostr/event.js';
+import { withTransaction } from '../../src/store/write.js';
 import { runCli } from '../support/cli.js';
 import { TestClient } from '../support/client.js';
 import { newSigner, now, type Signer } from '../support/keys.js';
@@ -123,16 +124,11 @@ describe('NIP-62 request to vanish', () => {
     const id = `decode(md5($1::text || i::text) || md5($1::text || (i + 1)::text || 'x'), 'hex')`;
     // The setup is not under test: without the pool's statement timeout, which a slow or busy
     // machine can exceed for 200,000 rows (it did, once, at 5 s).
-    const setup = await relay.db.pool.connect();
-    try {
-      await setup.query('BEGIN');
+    await withTransaction(relay.db.pool, async (setup) => {
       await setup.query('SET LOCAL statement_timeout = 0');
       await setup.query(`INSERT INTO events (id, pubkey, kind, created_at, raw) SELECT ${id}, decode($1::text, 'hex'), 1, $2::bigint - i, '{}' FROM generate_series(1, ${rows}) i`, [big.pubkey, t - 100]);
       await setup.query(`INSERT INTO event_tags (event_id, name, value, kind, created_at) SELECT ${id}, 't', 'x', 1, $2::bigint - i FROM generate_series(1, ${rows}) i`, [big.pubkey, t - 100]);
-      await setup.query('COMMIT');
-    } finally {
-      setup.release();
-    }
+    });
     const publisher = await TestClient.connect(relay.url);
     try {
       const request = vanish(big, [RELAY_URL]);

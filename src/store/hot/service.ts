@@ -88,6 +88,8 @@ export class HotTierService {
   /** When each event held was added through the change stream (for the recent-removal check). */
   private readonly recentlyAdded = new Map<string, number>();
   private checking: Promise<void> = Promise.resolve();
+  /** The wait REQs share until the read they wait for starts (fresh). */
+  private freshness: { read: Promise<void>; fresh: Promise<boolean> } | undefined;
   private evicting = false;
   private unsubscribe: (() => void) | undefined;
   private stopped = false;
@@ -172,8 +174,6 @@ export class HotTierService {
     if (this.freshness?.read !== read) this.freshness = { read, fresh: this.freshAfter(read) };
     return this.freshness.fresh;
   }
-  /** The wait REQs share until the read they wait for starts (fresh). */
-  private freshness: { read: Promise<void>; fresh: Promise<boolean> } | undefined;
 
   private freshAfter(read: Promise<void>): Promise<boolean> {
     return new Promise<boolean>((resolve) => {
