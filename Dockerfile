@@ -2,6 +2,8 @@
 FROM node:20-bookworm-slim AS build
 WORKDIR /app
 COPY package.json package-lock.json ./
+# `npm ci` runs the `prepare` script (scripts/build.mjs), which builds nothing before src/ is here.
+COPY scripts ./scripts
 RUN npm ci
 COPY tsconfig.json ./
 COPY src ./src
@@ -13,6 +15,7 @@ FROM node:20-bookworm-slim
 ENV NODE_ENV=production HOST=0.0.0.0 PORT=8008 DATA_DIR=/data
 WORKDIR /app
 COPY package.json package-lock.json ./
+COPY scripts/build.mjs ./scripts/build.mjs
 RUN npm ci --omit=dev && npm cache clean --force
 COPY --from=build /app/dist ./dist
 COPY assets ./assets

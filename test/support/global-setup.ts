@@ -19,8 +19,9 @@ let embedded: EmbeddedPostgres | undefined;
 let dataDir: string | undefined;
 
 export async function setup(project: TestProject): Promise<void> {
-  // Worker threads (signature verification) and relay child processes run the compiled build.
-  execFileSync(process.execPath, ['node_modules/typescript/bin/tsc', '-p', 'tsconfig.json'], { stdio: 'inherit' });
+  // Worker threads (signature verification) and relay child processes run the compiled build:
+  // built here when a source is newer than it (scripts/build.mjs), as every command does.
+  execFileSync(process.execPath, ['scripts/build.mjs'], { stdio: 'inherit' });
   let url = process.env.TEST_DATABASE_URL;
   if (!url) {
     dataDir = await mkdtemp(path.join(tmpdir(), 'pgrelay-test-'));

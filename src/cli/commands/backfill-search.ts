@@ -5,7 +5,6 @@ import { formatCount, formatRate, intOption, openStore, parseOptions, stopOnSign
 
 export const backfillSearchCommand: Command = {
   name: 'backfill-search',
-  summary: 'index the words of stored events for NIP-50 search (resumable, safe while the relay runs)',
   help: `usage: npm run cli -- backfill-search [options]
 
 Fills in the search words (events.search, NIP-50) of the stored events of searchable kinds that have

@@ -5,7 +5,6 @@ import { formatCount, formatRate, intOption, openStore, parseOptions, stopOnSign
 
 export const backfillTagsCommand: Command = {
   name: 'backfill-tags',
-  summary: 'derive event_tags rows from the stored events (resumable, safe while the relay runs)',
   help: `usage: npm run cli -- backfill-tags [options]
 
 Derives the event_tags rows of the stored events from their tags, with the relay's tag rule

@@ -5,7 +5,6 @@ import { formatRate, intOption, openStore, parseOptions, stopOnSignals, UsageErr
 
 export const exportCommand: Command = {
   name: 'export',
-  summary: 'write stored events to stdout as JSONL (strfry format), optionally filtered',
   help: `usage: npm run cli -- export [--filter '<NIP-01 filter JSON>'] > events.jsonl
 
 Writes every stored, unexpired event as one JSON per line to stdout, exactly as stored (the

@@ -9,7 +9,6 @@ import { formatCount, importPolicy, formatRate, intOption, openStore, parseOptio
 
 export const importNostreamCommand: Command = {
   name: 'import-nostream',
-  summary: 'import a nostream database (resumable; soft-deleted and expired rows stay out; --empty-target for a new store)',
   help: `usage: npm run cli -- import-nostream --from postgres://user:password@host:5432/nostream [options]
 
 Reads nostream's events table in event_id order, in batches, and stores the events with the

@@ -20,7 +20,6 @@ export function formatImportSummary(r: Omit<ImportJsonlResult, 'lines' | 'comple
 
 export const importCommand: Command = {
   name: 'import',
-  summary: 'import events from a JSONL file or stdin (strfry format), with every relay rule',
   help: `usage: npm run cli -- import [options] <file.jsonl | ->
 
 Reads one event JSON per line (strfry's import/export format; "-" reads stdin) and stores the

@@ -4,7 +4,6 @@ import type { Command } from '../command.js';
 
 export const migrate: Command = {
   name: 'migrate',
-  summary: 'apply, roll back or list database migrations (latest | rollback | status)',
   help: `usage: npm run cli -- migrate [latest|rollback|status]
 
   latest    apply every pending migration (the default; the relay also does this at start)

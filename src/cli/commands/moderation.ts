@@ -37,7 +37,6 @@ actions are the NIP-86 management API's (POST to the relay's URL, authenticated 
 
 export const banCommand: Command = {
   name: 'ban',
-  summary: 'ban a pubkey, an event or an IP address (NIP-86 banpubkey, banevent, blockip)',
   help: `usage: npm run cli -- ban pubkey <pubkey> [--reason TEXT] [--purge]
        npm run cli -- ban event <id> [--reason TEXT]
        npm run cli -- ban ip <address or CIDR> [--reason TEXT]
@@ -78,7 +77,6 @@ ${FOOTER}`,
 
 export const unbanCommand: Command = {
   name: 'unban',
-  summary: 'lift a ban on a pubkey, an event or an IP address',
   help: `usage: npm run cli -- unban pubkey|event|ip <value>
 
 Lifts the ban (purged events stay deleted: they can be published again). Exits 1 when there was
@@ -107,7 +105,6 @@ ${FOOTER}`,
 
 export const allowCommand: Command = {
   name: 'allow',
-  summary: 'add a pubkey or a kind to an allow list (a private relay; NIP-86 allowpubkey, allowkind)',
   help: `usage: npm run cli -- allow pubkey <pubkey> [--reason TEXT]
        npm run cli -- allow kind <kind>
 
@@ -134,7 +131,6 @@ ${FOOTER}`,
 
 export const disallowCommand: Command = {
   name: 'disallow',
-  summary: 'remove a pubkey or a kind from its allow list (NIP-86 unallowpubkey, disallowkind)',
   help: `usage: npm run cli -- disallow pubkey|kind <value>
 
 Exits 1 when it was not on the list. An empty list allows everyone (every kind) again.
@@ -159,7 +155,6 @@ const LISTS = ['banned-pubkeys', 'allowed-pubkeys', 'banned-events', 'allowed-ki
 
 export const listCommand: Command = {
   name: 'list',
-  summary: 'show the bans and allow lists',
   help: `usage: npm run cli -- list [${LISTS.join('|')}] [--json]
 
 Without a list name, every list. One entry per line, with its reason.`,

@@ -5,7 +5,6 @@ import { formatCount, formatRate, intOption, openStore, parseOptions, stopOnSign
 
 export const pruneCommand: Command = {
   name: 'prune',
-  summary: 'delete events by age and/or kind (retention), in short batches',
   help: `usage: npm run cli -- prune [--older-than 30d] [--kinds 1,7] [options]
 
 Deletes stored events older than an age and/or of some kinds, oldest first, in small batches (one

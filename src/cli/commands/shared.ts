@@ -1,5 +1,6 @@
 // What the operator commands share: opening the store, option parsing, Ctrl-C handling.
 import { parseArgs, type ParseArgsConfig } from 'node:util';
+import { UsageError } from '../command.js';
 import type { Config } from '../../config.js';
 import type { Logger } from '../../log.js';
 import { staticModeration } from '../../policy/moderation.js';
@@ -7,8 +8,7 @@ import { policyFrom, type Policy } from '../../policy/policy.js';
 import { openDatabase, type Database } from '../../store/database.js';
 import { loadModeration } from '../../store/moderation.js';
 
-/** A bad command line: main prints the message and the command's help hint, and exits with 2. */
-export class UsageError extends Error {}
+export { UsageError } from '../command.js';
 
 /**
  * The store, as the relay opens it (pending migrations applied), joining a running embedded server

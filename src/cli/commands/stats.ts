@@ -4,7 +4,6 @@ import { openStore, parseOptions } from './shared.js';
 
 export const statsCommand: Command = {
   name: 'stats',
-  summary: 'event counts by kind, tag rows, table and index sizes',
   help: `usage: npm run cli -- stats [--json]
 
 Counts the stored events (in total, by kind, and those expired but not yet swept), the event_tags

@@ -70,7 +70,6 @@ function parseFilterOption(json: string | undefined): Record<string, unknown> {
 
 export const syncCommand: Command = {
   name: 'sync',
-  summary: 'reconcile with another relay (NIP-77 negentropy) and fetch/publish what differs',
   help: `usage: npm run cli -- sync <relay-url> [options]
 
 Compares the events matching a filter (default: all) in our database with those of another relay

@@ -66,7 +66,6 @@ function notFound(id: number): number {
 
 export const webhookCommand: Command = {
   name: 'webhook',
-  summary: 'add, list, pause, remove webhook endpoints; inspect, replay and redeliver their queues',
   help: `${USAGE}
 
 add         adds an endpoint: events stored from now on that match one of its NIP-01 filters are
