@@ -29,6 +29,7 @@
 
   var history = { t: [], eventsIn: [], eventsOut: [], reqs: [] };
   var haveSnapshot = false;
+  var relayUrl;              // RELAY_URL, when the operator set it (sent with each snapshot)
   var startedAt = 0;
   var clockOffset = 0;       // server clock minus ours, so uptime does not depend on the viewer's clock
   var source = null;         // the EventSource
@@ -136,6 +137,7 @@
     Object.keys(history).forEach(function (key) {
       history[key] = Array.isArray(h[key]) ? h[key].slice(-MAX_POINTS) : [];
     });
+    relayUrl = s.relayUrl;
     renderRelay(s.relay || {});
     if (startedAt) $('uptime').title = 'started ' + new Date(startedAt).toLocaleString();
     renderFigures(s);
@@ -236,9 +238,7 @@
     icon.src = iconUrl || '/status/favicon.svg';
 
     var about = [];
-    // The relay answers WebSockets on the address this page came from (a proxy's path prefix included).
-    var wsUrl = (location.protocol === 'https:' ? 'wss://' : 'ws://') + location.host + location.pathname;
-    about.push(['Connect', element('code', null, wsUrl)]);
+    about.push(['Connect', element('code', null, window.relayConnectUrl(relayUrl, location))]);
     var software = httpUrl(relay.software);
     if (software) {
       var link = element('a', null, software.replace(/^https?:\/\//, ''));

@@ -185,7 +185,7 @@ export async function startRelay(config: Config, db: PrimaryDatabase, log: Logge
 
   const info = () => relayInformation(config, limits, moderation.current.relayInfo);
   const status = config.STATUS_PAGE
-    ? new StatusSampler({ metrics, pool, log, info, connections: () => connections.size, subscriptions: () => subscriptions.size }).start()
+    ? new StatusSampler({ metrics, pool, log, info, relayUrl: config.RELAY_URL, connections: () => connections.size, subscriptions: () => subscriptions.size }).start()
     : undefined;
   router.add(
     relayEndpoint({

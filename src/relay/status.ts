@@ -23,6 +23,8 @@ export interface StatusSources {
   connections(): number;
   subscriptions(): number;
   info(): object;
+  /** RELAY_URL: the page shows it as the address to connect to. */
+  relayUrl?: string;
 }
 
 export class StatusSampler {
@@ -111,6 +113,7 @@ export class StatusSampler {
   snapshot(): object {
     return {
       relay: this.s.info(),
+      relayUrl: this.s.relayUrl ?? null,
       startedAt: this.startedAt,
       ...this.current(),
       history: {

@@ -2,6 +2,7 @@
 // files, a snapshot as JSON whose counters move with traffic, and the live stream (a snapshot,
 // then a tick a second). The page itself is checked in a real browser by npm run check:status-page.
 import { get } from 'node:http';
+import { runInNewContext } from 'node:vm';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { TestClient } from '../support/client.js';
 import { unique } from '../support/events.js';
@@ -103,6 +104,34 @@ describe('status page', () => {
     expect(events[0].data).toMatchObject({ relay: { name: 'status test relay' }, history: { t: expect.any(Array) } });
     expect(events[1].event).toBe('tick');
     expect(events[1].data).toMatchObject({ sample: { t: expect.any(Number), eventsIn: expect.any(Number), eventsOut: expect.any(Number), reqs: expect.any(Number) } });
+  });
+
+  it('tells clients to connect to RELAY_URL, or to the page\'s own host, never to the path the page was opened at', async () => {
+    // The page's own code, as the browser gets it, run on the inputs a browser would give it.
+    const page = await (await fetch(`${http}/status`, { headers: { Accept: 'text/html' } })).text();
+    expect(page).toContain('src="/status/connect-url.js"');
+    const code = await (await fetch(`${http}/status/connect-url.js`)).text();
+    const connectUrl = (relayUrl: unknown, location: object): string => {
+      const scope: { relayConnectUrl?: (u: unknown, l: object) => string } = {};
+      runInNewContext(code, { window: scope });
+      return scope.relayConnectUrl!(relayUrl, location);
+    };
+    const opened = { protocol: 'http:', host: '127.0.0.1:8008', pathname: '/status' };
+    expect(connectUrl(null, opened)).toBe('ws://127.0.0.1:8008');
+    expect(connectUrl(null, { protocol: 'https:', host: 'relay.example.com', pathname: '/' })).toBe('wss://relay.example.com');
+    expect(connectUrl('wss://relay.example.com/nostr', opened)).toBe('wss://relay.example.com/nostr');
+    expect(connectUrl('https://relay.example.com', opened)).toBe('wss://relay.example.com');
+
+    // The snapshot carries RELAY_URL when the operator set it, and null otherwise.
+    expect(((await (await fetch(`${http}/status.json`)).json()) as { relayUrl: unknown }).relayUrl).toBeNull();
+    const named = await startTestRelay({ RELAY_URL: 'wss://relay.example.com' });
+    try {
+      const snapshot = (await (await fetch(`${named.url.replace(/^ws/, 'http')}/status.json`)).json()) as { relayUrl: unknown };
+      expect(snapshot.relayUrl).toBe('wss://relay.example.com');
+      expect(connectUrl(snapshot.relayUrl, opened)).toBe('wss://relay.example.com');
+    } finally {
+      await named.close();
+    }
   });
 
   it('is not served with STATUS_PAGE=false: a browser gets the plain text page', async () => {
