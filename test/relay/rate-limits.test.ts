@@ -7,6 +7,7 @@ import { TestClient } from '../support/client.js';
 import { unique } from '../support/events.js';
 import { newSigner } from '../support/keys.js';
 import { startTestRelay, type TestRelay } from '../support/relay.js';
+import { configSchema } from '../../src/config.js';
 
 const alice = newSigner();
 let open: TestClient[] = [];
@@ -116,6 +117,53 @@ describe('a client far over its budget', () => {
     } finally {
       await relay.close();
     }
+  });
+});
+
+describe('the default budgets', () => {
+  // The relay as an operator starts it: every limit at its default (test relays otherwise run without).
+  const defaults = configSchema.parse({});
+  const DEFAULT_LIMITS = Object.fromEntries(
+    (['RATE_LIMIT_EVENTS_PER_SECOND', 'RATE_LIMIT_EVENTS_BURST', 'RATE_LIMIT_REQS_PER_SECOND', 'RATE_LIMIT_CONNECTIONS_PER_MINUTE', 'MAX_CONNECTIONS_PER_ADDRESS', 'RATE_LIMIT_DISCONNECT_AFTER', 'MAX_PENDING_EVENTS'] as const).map(
+      (name) => [name, String(defaults[name])],
+    ),
+  );
+  let relay: TestRelay;
+  beforeAll(async () => {
+    relay = await startTestRelay(DEFAULT_LIMITS);
+  });
+  afterAll(() => relay.close());
+
+  it('accepts a 500-event burst from one client whole, as a client re-broadcasting a history sends it', async () => {
+    const c = await connect(relay, from('127.0.0.5'));
+    const events = Array.from({ length: 500 }, () => alice.sign({ content: unique('history') }));
+    events.forEach((e) => c.send(['EVENT', e]));
+    const oks = await Promise.all(events.map((e) => c.waitFor((m) => m[0] === 'OK' && m[1] === e.id, 60_000)));
+    expect(oks.filter((m) => m[2] !== true).map((m) => m[3])).toEqual([]);
+    expect(await c.count('all', { ids: events.map((e) => e.id) })).toBe(500);
+  });
+
+  it('still refuses a flood past the burst, at the sustained rate, and disconnects it', { timeout: 90_000 }, async () => {
+    const c = await connect(relay, from('127.0.0.6'));
+    const burst = Number(defaults.RATE_LIMIT_EVENTS_BURST);
+    const started = Date.now();
+    const events = Array.from({ length: burst + 200 }, () => alice.sign({ content: unique('flood') }));
+    events.forEach((e) => c.send(['EVENT', e]));
+    const closed = await c.closed(60_000);
+    const seconds = (Date.now() - started) / 1000;
+    expect(closed).toEqual({ code: 1008, reason: expect.stringMatching(/^rate-limited: /) });
+    const refused = c.messages.filter((m) => m[0] === 'OK' && m[2] === false);
+    expect(refused.length).toBeGreaterThan(Number(defaults.RATE_LIMIT_DISCONNECT_AFTER));
+    expect(refused.every((m) => String(m[3]).startsWith('rate-limited: '))).toBe(true);
+    // What got in (the flooder is gone before some of its OKs): the burst, plus what refilled while
+    // the flood lasted; never the whole flood. Events taken before the disconnect are still stored.
+    const reader = await connect(relay, from('127.0.0.7'));
+    const ids = events.map((e) => e.id);
+    const storedCount = () => reader.count('stored', { ids: ids.slice(0, 800) }, { ids: ids.slice(800) }); // MAX_FILTER_VALUES per list
+    await expect.poll(storedCount, { timeout: 30_000 }).toBeGreaterThanOrEqual(burst);
+    const stored = await storedCount();
+    expect(stored).toBeLessThanOrEqual(burst + Math.ceil(Number(defaults.RATE_LIMIT_EVENTS_PER_SECOND) * seconds) + 1);
+    expect(stored + refused.length).toBeLessThanOrEqual(events.length);
   });
 });
 
