@@ -94,6 +94,7 @@ try {
     connections,
     batch,
     settleMs: settle * 1000,
+    wellBehavedBoundMs: 1000,
     progress: say,
   });
   console.log(formatReport(report));

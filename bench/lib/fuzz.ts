@@ -1,4 +1,4 @@
-// A structure-aware fuzzer for the relay (issue 16), shared by `npm run fuzz` and test/relay/fuzz.test.ts.
+// A structure-aware fuzzer for the relay, shared by `npm run fuzz` and test/relay/fuzz.test.ts.
 //
 // 1. Arbitraries (fast-check) that build near-valid messages of every verb the relay speaks: really
 //    signed events, then mutated (ids, signatures, pubkeys, tags, kinds, created_at, odd and huge
@@ -13,7 +13,7 @@
 //    pass or fail (FuzzReport.failures): the relay alive and nothing at level error in its log; every
 //    reply owed received, well-formed and prefixed; every event delivered intact (its id recomputes)
 //    and matching its subscription's filters, and none after the subscription's CLOSE or CLOSED; the
-//    well-behaved client never waiting a second; and once every client has gone, no connection,
+//    well-behaved client answered right (and, in `npm run fuzz`, within a second); and once every client has gone, no connection,
 //    subscription or negentropy record left, and the heap back near baseline.
 import { isUtf8 } from 'node:buffer';
 import { createHash } from 'node:crypto';
@@ -894,6 +894,12 @@ export interface FuzzSettings {
   expectedErrors?: Record<string, string>;
   /** Longest wait for memory to come back near baseline (default 30 s). */
   settleMs?: number;
+  /**
+   * A well-behaved round slower than this is a failure (`npm run fuzz` uses 1,000 ms). Unset, the
+   * rounds are timed and reported but only their answers are judged: the test suite runs on
+   * machines too busy to promise a latency, and measured speed belongs to benchmarks.
+   */
+  wellBehavedBoundMs?: number;
   progress?: (line: string) => void;
 }
 
@@ -933,6 +939,8 @@ export interface FuzzReport {
   lateReplies: number;
   disconnects: Record<string, number>;
   wellBehaved: { rounds: number; maxPublishMs: number; maxReadMs: number; over1s: number };
+  /** The bound a well-behaved round was held to, if any (FuzzSettings.wellBehavedBoundMs). */
+  wellBehavedBoundMs?: number;
   /** Baseline after the warm-up, peak while fuzzing, and after the run; `collected`: both measured right after a full GC. */
   memory: { baseline?: MemorySample; peak?: MemorySample; after?: MemorySample; settledInMs?: number; collected?: boolean };
   /** Connections, subscriptions and negentropy records the relay still held after every client had gone. */
@@ -1421,6 +1429,7 @@ class WellBehavedClient {
   constructor(
     private readonly url: string,
     private readonly failures: Failures,
+    private readonly boundMs: number | undefined,
   ) {}
 
   async start(): Promise<void> {
@@ -1489,10 +1498,9 @@ class WellBehavedClient {
     else if (!got) this.failures.add(`well-behaved round ${n}: the note it published was not served back`);
     this.maxPublishMs = Math.max(this.maxPublishMs, publishMs);
     this.maxReadMs = Math.max(this.maxReadMs, readMs);
-    if (publishMs > 1000 || readMs > 1000) {
-      this.over1s++;
-      this.failures.add(`well-behaved round ${n}: publish → OK ${publishMs.toFixed(0)} ms, REQ → EOSE ${readMs.toFixed(0)} ms (over 1 s)`);
-    }
+    if (publishMs > 1000 || readMs > 1000) this.over1s++;
+    if (this.boundMs !== undefined && (publishMs > this.boundMs || readMs > this.boundMs))
+      this.failures.add(`well-behaved round ${n}: publish → OK ${publishMs.toFixed(0)} ms, REQ → EOSE ${readMs.toFixed(0)} ms (over ${this.boundMs} ms)`);
   }
 
   async stop(): Promise<void> {
@@ -1514,10 +1522,10 @@ export async function runFuzz(settings: FuzzSettings): Promise<FuzzReport> {
   const report: FuzzReport = {
     seed, messages: 0, frames: 0, durationMs: 0, connections, byVerb: {}, oversized: 0,
     owed: { ok: 0, notice: 0, sub: 0, neg: 0, disconnect: 0 }, replies: {}, prefixes: {}, reasons: {}, lateReplies: 0, disconnects: {},
-    wellBehaved: { rounds: 0, maxPublishMs: 0, maxReadMs: 0, over1s: 0 }, memory: {}, errorLogs: [], warnings: {}, failures: [],
+    wellBehaved: { rounds: 0, maxPublishMs: 0, maxReadMs: 0, over1s: 0 }, wellBehavedBoundMs: settings.wellBehavedBoundMs, memory: {}, errorLogs: [], warnings: {}, failures: [],
   };
   const started = performance.now();
-  const wellBehaved = new WellBehavedClient(relay.url, failures);
+  const wellBehaved = new WellBehavedClient(relay.url, failures, settings.wellBehavedBoundMs);
   await wellBehaved.start();
 
   // Warm-up (5 %, at most 2,000 messages): the verifier threads, pool connections and compiled code
@@ -1661,6 +1669,6 @@ export function formatReport(r: FuzzReport): string {
       `of which cached on purpose (hot tier) ${mb(m.baseline?.cached)} → ${mb(m.after?.cached)}; RSS ${mb(m.baseline?.rss)} → ${mb(m.peak?.rss)} → ${mb(m.after?.rss)}`,
     `  held after every client had gone: ${r.heldAfter ? `${r.heldAfter.connections} connections, ${r.heldAfter.subscriptions} subscriptions, ${r.heldAfter.negentropyRecords} negentropy records` : '–'}`,
     `  relay log: ${r.errorLogs.length} error lines${r.errorLogs.length ? ` (${[...new Set(r.errorLogs.map((l) => String(l.msg)))].join('; ')})` : ''}; warnings: ${list(r.warnings) || 'none'}`,
-    r.failures.length ? `FAILED (${r.failures.length}):\n${r.failures.map((f) => `  - ${f}`).join('\n')}` : 'PASSED: relay alive, no error logged, every owed reply received and prefixed, every event delivered valid and matching, well-behaved client under 1 s, nothing held and heap back near baseline',
+    r.failures.length ? `FAILED (${r.failures.length}):\n${r.failures.map((f) => `  - ${f}`).join('\n')}` : `PASSED: relay alive, no error logged, every owed reply received and prefixed, every event delivered valid and matching, every well-behaved round answered right${r.wellBehavedBoundMs === undefined ? '' : ` within ${r.wellBehavedBoundMs} ms`}, nothing held and heap back near baseline`,
   ].join('\n');
 }

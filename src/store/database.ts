@@ -1,18 +1,19 @@
 // Opening the database: the server at DATABASE_URL, or else an embedded PostgreSQL in DATA_DIR.
 // The relay's hot path uses a `pg` pool with explicit SQL; migrations and operator commands use knex.
-import knexFactory, { type Knex } from 'knex';
+import type { Knex } from 'knex';
 import pg from 'pg';
 import type { Config } from '../config.js';
 import type { Logger } from '../log.js';
 import { startEmbeddedPostgres, type EmbeddedPostgres } from './embedded.js';
-import { migrateLatest, migrationStatus } from './migrate.js';
+import { migrateLatest, migrationStatus, pendingMigrations } from './migrate.js';
 import { SQLSTATE } from './pg-errors.js';
 import { FatalError } from '../fatal.js';
 
 export interface Database {
   url: string;
   pool: pg.Pool;
-  knex: Knex;
+  /** knex on this database, for the migrate command; loaded on first use (most starts never need it). */
+  knex(): Promise<Knex>;
   /** `leaveAdopted`: after a failed start, an embedded server this process found running stays up. */
   close(options?: { leaveAdopted?: boolean }): Promise<void>;
 }
@@ -58,7 +59,8 @@ export function createPool(url: string, config: Pick<Config, 'DB_POOL_SIZE' | 'Q
   return pool;
 }
 
-export function createKnex(url: string): Knex {
+export async function createKnex(url: string): Promise<Knex> {
+  const { default: knexFactory } = await import('knex');
   return knexFactory({ client: 'pg', connection: url, pool: { min: 0, max: 4 } });
 }
 
@@ -111,6 +113,16 @@ export function connectionError(err: unknown, url: string): FatalError {
   return new FatalError(`cannot connect to the database at ${server} (${message})`, 'check DATABASE_URL and the server');
 }
 
+/** The migrations of this build not applied to the database at `url` (one connection, one query). */
+async function pendingOn(url: string): Promise<string[]> {
+  const pool = new pg.Pool({ connectionString: url, max: 1 });
+  try {
+    return await pendingMigrations(pool);
+  } finally {
+    await pool.end();
+  }
+}
+
 /** Runs pending migrations; a failure names the migration and what state it leaves. */
 async function migrate(knex: Knex, log: Logger): Promise<void> {
   try {
@@ -144,8 +156,12 @@ export async function openDatabase(
     } else {
       await checkConnection(url);
     }
-    knex = createKnex(url);
-    if (options.migrate !== false) await migrate(knex, log);
+    // knex (and its migrator) only when a migration is pending: a start or a command on a current
+    // database reads one small table and goes on.
+    if (options.migrate !== false && (await pendingOn(url)).length > 0) {
+      knex = await createKnex(url);
+      await migrate(knex, log);
+    }
   } catch (err) {
     await knex?.destroy();
     // Only a server this process started: one it found running belongs to someone else.
@@ -153,14 +169,15 @@ export async function openDatabase(
     throw err;
   }
   const pool = createPool(url, config, log);
-  const opened = knex;
+  const at = url;
+  let opened: Promise<Knex> | undefined = knex && Promise.resolve(knex);
   return {
     url,
     pool,
-    knex: opened,
+    knex: () => (opened ??= createKnex(at)),
     async close(closeOptions = {}) {
       await pool.end();
-      await opened.destroy();
+      await (await opened)?.destroy();
       if (embedded && !(closeOptions.leaveAdopted && !embedded.startedHere)) await embedded.stop();
     },
   };

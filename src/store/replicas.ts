@@ -61,6 +61,11 @@ export class ReadRouter {
     return this.replicas.length > 0;
   }
 
+  /** The replicas (host:port) this process can reach now. */
+  reachableReplicas(): string[] {
+    return this.replicas.filter((r) => r.reachable).map((r) => r.name);
+  }
+
   async start(): Promise<this> {
     if (!this.configured) return this;
     await Promise.all(this.replicas.map((r) => this.check(r)));

@@ -80,7 +80,7 @@ describe('operator commands (CLI)', () => {
   });
 
   it('import-nostream loads a nostream database and prints a summary', async () => {
-    const sourceUrl = await createTestDatabase();
+    const sourceUrl = await createTestDatabase({ empty: true });
     const source = new pg.Pool({ connectionString: sourceUrl, max: 1 });
     try {
       await source.query(`CREATE TABLE events (id uuid PRIMARY KEY DEFAULT gen_random_uuid(), event_id bytea NOT NULL UNIQUE,

@@ -76,7 +76,7 @@ async function runSync(args: string[]): Promise<{ code: number; stdout: string; 
 function overlapping(signer: Signer, both: number, onlyA: number, onlyB: number, template: Partial<NostrEvent> = {}) {
   const make = (label: string, n: number) =>
     // Seven events a second: equal timestamps, so bounds need id prefixes.
-    Array.from({ length: n }, (_, i) => signer.signFast({ content: `${label} ${i}`, created_at: t + Math.floor(i / 7), ...template }));
+    Array.from({ length: n }, (_, i) => signer.sign({ content: `${label} ${i}`, created_at: t + Math.floor(i / 7), ...template }));
   return [make('both', both), make('only A', onlyA), make('only B', onlyB)];
 }
 
@@ -153,8 +153,8 @@ describe('sync (NIP-77 client)', () => {
 
   it("counts downloaded events our rules refuse (a pubkey that vanished here, NIP-62) as rejected, and stores none", async () => {
     const frank = newSigner();
-    const notes = Array.from({ length: 5 }, (_, i) => frank.signFast({ content: `before vanishing ${i}`, created_at: t - 100 + i }));
-    const later = frank.signFast({ content: 'after vanishing', created_at: t + 50 });
+    const notes = Array.from({ length: 5 }, (_, i) => frank.sign({ content: `before vanishing ${i}`, created_at: t - 100 + i }));
+    const later = frank.sign({ content: 'after vanishing', created_at: t + 50 });
     await seed(b, [...notes, later]);
     await seed(a, [frank.sign({ kind: 62, created_at: t, tags: [['relay', 'ALL_RELAYS']], content: 'bye' })]);
     const { code, stdout, stderr } = await runSync([b.url, '--direction', 'down', '--filter', JSON.stringify({ authors: [frank.pubkey] })]);
@@ -173,7 +173,7 @@ describe('sync (NIP-77 client)', () => {
     const [c, d] = await Promise.all([startTestRelay({ NEGENTROPY_MAX_RECORDS: '5' }), startTestRelay({ AUTH_REQUIRED: 'all' })]);
     try {
       const gina = newSigner();
-      await seed(c, Array.from({ length: 8 }, (_, i) => gina.signFast({ content: `c ${i}`, created_at: t + i })));
+      await seed(c, Array.from({ length: 8 }, (_, i) => gina.sign({ content: `c ${i}`, created_at: t + i })));
       const before = await idsIn(a);
       const blocked = await runSync([c.url]);
       expect(blocked.code).toBe(1);
@@ -195,7 +195,7 @@ describe('sync (NIP-77 client)', () => {
     const e = await startTestRelay({ RATE_LIMIT_EVENTS_PER_SECOND: '100', RATE_LIMIT_EVENTS_BURST: '20' });
     try {
       const hank = newSigner();
-      const notes = Array.from({ length: 80 }, (_, i) => hank.signFast({ content: `paced ${i}`, created_at: t + i }));
+      const notes = Array.from({ length: 80 }, (_, i) => hank.sign({ content: `paced ${i}`, created_at: t + i }));
       await seed(a, notes);
       const r = await sync(e, { direction: 'up', filter: { authors: [hank.pubkey] } });
       expect(r.complete).toBe(true);
@@ -233,7 +233,7 @@ describe('sync (NIP-77 client)', () => {
     await new Promise((r) => proxy.once('listening', r));
     try {
       const jill = newSigner();
-      const all = Array.from({ length: 1500 }, (_, i) => jill.signFast({ content: `j ${i}`, created_at: t + Math.floor(i / 3) }));
+      const all = Array.from({ length: 1500 }, (_, i) => jill.sign({ content: `j ${i}`, created_at: t + Math.floor(i / 3) }));
       await seed(a, all.filter((_, i) => i % 3 !== 0));
       await seed(e, all.filter((_, i) => i % 3 !== 1));
       const url = `ws://127.0.0.1:${(proxy.address() as { port: number }).port}`;
@@ -250,7 +250,7 @@ describe('sync (NIP-77 client)', () => {
     const e = await startTestRelay({ RATE_LIMIT_EVENTS_PER_SECOND: '100', RATE_LIMIT_EVENTS_BURST: '8', NEGENTROPY_FRAME_SIZE_LIMIT: '4096' });
     try {
       const kim = newSigner();
-      const all = Array.from({ length: 1500 }, (_, i) => kim.signFast({ content: `k ${i}`, created_at: t + Math.floor(i / 3) }));
+      const all = Array.from({ length: 1500 }, (_, i) => kim.sign({ content: `k ${i}`, created_at: t + Math.floor(i / 3) }));
       await seed(a, all.filter((_, i) => i % 3 !== 0));
       await seed(e, all.filter((_, i) => i % 3 !== 1));
       const r = await sync(e, { filter: { authors: [kim.pubkey] }, frameSizeLimit: 4096, dryRun: true });
@@ -295,7 +295,7 @@ describe('sync (NIP-77 client)', () => {
     await new Promise((r) => server.once('listening', r));
     try {
       const ivan = newSigner();
-      const mine = ivan.signFast({ content: 'never acknowledged', created_at: t });
+      const mine = ivan.sign({ content: 'never acknowledged', created_at: t });
       await seed(a, [mine]);
       const r = await sync(b, { url: `ws://127.0.0.1:${(server.address() as { port: number }).port}`, filter: { authors: [ivan.pubkey] }, timeoutMs: 300 });
       expect(r.reconcile).toMatchObject({ local: 1, have: 1, need: 1, frameSizeFrom: 'default', frameSizeLimit: DEFAULT_FRAME_SIZE });

@@ -148,7 +148,7 @@ async function fillSource(pool: pg.Pool, list: Row[]): Promise<void> {
 }
 
 beforeAll(async () => {
-  sourceUrl = await createTestDatabase();
+  sourceUrl = await createTestDatabase({ empty: true }) // a nostream database: its own tables;
   checkpointName = nostreamCheckpointName(sourceUrl);
   source = new pg.Pool({ connectionString: sourceUrl, max: 2 });
   await fillSource(source, rows);
@@ -361,7 +361,7 @@ describe('import-nostream --empty-target', () => {
   it('with a verifier, refuses a row whose signature does not match, in either phase', async () => {
     const forgedNote = { ...bob.sign({ kind: 1, created_at: t + 300, content: 'forged' }), sig: alice.sign({ kind: 1, content: 'x' }).sig };
     const forgedDeletion = { ...bob.sign({ kind: 5, created_at: t + 301, tags: [['e', notes[0].id]] }), sig: forgedNote.sig };
-    const url = await createTestDatabase();
+    const url = await createTestDatabase({ empty: true });
     const small = new pg.Pool({ connectionString: url, max: 2 });
     const db = await openTestStore();
     const verifier = new SignatureVerifier(0);

@@ -118,7 +118,7 @@ async function freshTarget(): Promise<Database> {
 }
 
 beforeAll(async () => {
-  sourceUrl = await createTestDatabase();
+  sourceUrl = await createTestDatabase({ empty: true }) // a nostream database: its own tables;
   source = new pg.Pool({ connectionString: sourceUrl, max: 2 });
   await source.query(NOSTREAM_SCHEMA);
   await insertNostreamRows(source, rows);
@@ -231,7 +231,7 @@ describe('import-nostream', () => {
   it('with a verifier, refuses a row whose signature does not match', async () => {
     const forged = { ...bob.sign({ kind: 1, created_at: t + 60, content: 'forged' }) };
     forged.sig = alice.sign({ kind: 1, created_at: t + 60, content: 'other' }).sig;
-    const url = await createTestDatabase();
+    const url = await createTestDatabase({ empty: true });
     const small = new pg.Pool({ connectionString: url, max: 2 });
     const target = await openTestStore();
     const verifier = new SignatureVerifier(0);
@@ -254,7 +254,7 @@ describe('import-nostream', () => {
   });
 
   it('refuses a source without nostream columns', async () => {
-    const url = await createTestDatabase();
+    const url = await createTestDatabase({ empty: true });
     const other = new pg.Pool({ connectionString: url, max: 1 });
     const target = await openTestStore();
     try {

@@ -43,16 +43,16 @@ describe('NIP-45 HyperLogLog', () => {
 
   it('agrees with nostr-tools on every canonical query', async () => {
     await publishAll([target]);
-    const reactions = signers.map((s) => s.signFast({ kind: 7, content: '+', tags: [['e', target.id]] }));
+    const reactions = signers.map((s) => s.sign({ kind: 7, content: '+', tags: [['e', target.id]] }));
     // Several reactions by the same authors: counted as events, one author each in the sketch.
-    const again = signers.slice(0, 10).map((s) => s.signFast({ kind: 7, content: '🔥', tags: [['e', target.id]] }));
-    const reposts = signers.slice(0, 20).map((s) => s.signFast({ kind: 6, tags: [['e', target.id]] }));
-    const replies = signers.slice(5, 35).map((s) => s.signFast({ kind: 1, content: 'reply', tags: [['e', target.id]] }));
-    const quotes = signers.slice(0, 12).map((s, i) => s.signFast({ kind: i % 2 ? 1 : 1111, content: 'quote', tags: [['q', target.id]] }));
-    const comments = signers.slice(30).map((s) => s.signFast({ kind: 1111, content: 'comment', tags: [['E', target.id]] }));
-    const followers = signers.slice(0, 40).map((s) => s.signFast({ kind: 3, tags: [['p', target.pubkey]] }));
-    const onArticle = signers.slice(0, 25).map((s) => s.signFast({ kind: 7, tags: [['a', article]] }));
-    const hashtag = signers.slice(0, 33).map((s) => s.signFast({ kind: 1, tags: [['t', 'nostr']] }));
+    const again = signers.slice(0, 10).map((s) => s.sign({ kind: 7, content: '🔥', tags: [['e', target.id]] }));
+    const reposts = signers.slice(0, 20).map((s) => s.sign({ kind: 6, tags: [['e', target.id]] }));
+    const replies = signers.slice(5, 35).map((s) => s.sign({ kind: 1, content: 'reply', tags: [['e', target.id]] }));
+    const quotes = signers.slice(0, 12).map((s, i) => s.sign({ kind: i % 2 ? 1 : 1111, content: 'quote', tags: [['q', target.id]] }));
+    const comments = signers.slice(30).map((s) => s.sign({ kind: 1111, content: 'comment', tags: [['E', target.id]] }));
+    const followers = signers.slice(0, 40).map((s) => s.sign({ kind: 3, tags: [['p', target.pubkey]] }));
+    const onArticle = signers.slice(0, 25).map((s) => s.sign({ kind: 7, tags: [['a', article]] }));
+    const hashtag = signers.slice(0, 33).map((s) => s.sign({ kind: 1, tags: [['t', 'nostr']] }));
     await publishAll([...reactions, ...again, ...reposts, ...replies, ...quotes, ...comments, ...followers, ...onArticle, ...hashtag]);
 
     const cases: Array<[Record<string, unknown>, NostrEvent[]]> = [

@@ -68,7 +68,7 @@ describe('crash safety', () => {
       relay = await startRelayProcess(env); // migrates the database
       const author = newSigner();
       await changeEndpoints(pool, (c) => c.query('INSERT INTO webhook_endpoints (url, filters) VALUES ($1, $2)', [`http://127.0.0.1:${(receiver.address() as AddressInfo).port}/`, JSON.stringify([{ authors: [author.pubkey] }])]));
-      const events = Array.from({ length: 600 }, (_, i) => author.signFast({ created_at: now() - i, content: `hooked ${i}` }));
+      const events = Array.from({ length: 600 }, (_, i) => author.sign({ created_at: now() - i, content: `hooked ${i}` }));
       const client = await TestClient.connect(relay.url);
       const acknowledged: string[] = [];
       client.ws.on('message', (data) => {

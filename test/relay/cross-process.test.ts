@@ -86,7 +86,7 @@ describe('live delivery across relay processes', () => {
     const publishers = await Promise.all(Array.from({ length: 10 }, (_, i) => connect(i % 2 ? b : a)));
     const batches = publishers.map((_, p) => {
       const signer = newSigner();
-      return Array.from({ length: 500 }, (_, i) => signer.signFast({ content: `p${p} #${i}`, tags: [['t', run]] }));
+      return Array.from({ length: 500 }, (_, i) => signer.sign({ content: `p${p} #${i}`, tags: [['t', run]] }));
     });
     const acked = (await Promise.all(publishers.map((c, i) => publishAll(c, batches[i])))).flat();
     expect(acked).toHaveLength(5000);
@@ -112,7 +112,7 @@ describe('live delivery across relay processes', () => {
     const seenA = await subscribe(onA, 'k', tagged(run));
     const seenB = await subscribe(onB, 'k', tagged(run));
     const signer = newSigner();
-    const events = Array.from({ length: 2000 }, (_, i) => signer.signFast({ content: `k ${i}`, tags: [['t', run]] }));
+    const events = Array.from({ length: 2000 }, (_, i) => signer.sign({ content: `k ${i}`, tags: [['t', run]] }));
     const publishing = Promise.all(publishers.map((c, i) => publishAll(c, events.slice(i * 500, (i + 1) * 500)))).then((r) => r.flat());
     await until(() => seenB().length >= 300, 'the burst under way on B');
     const { rows } = await admin.query('SELECT pg_terminate_backend(pid) AS killed FROM pg_stat_activity WHERE application_name = $1', [`pgrelay-listen-${b.pid}`]);
@@ -137,7 +137,7 @@ describe('live delivery across relay processes', () => {
     const seenA = await subscribe(onA, 'i', tagged(run));
     const seenB = await subscribe(onB, 'i', tagged(run));
     const signer = newSigner();
-    const imported = Array.from({ length: 300 }, (_, i) => signer.signFast({ content: `imported ${i}`, created_at: now() - i, tags: [['t', run]] }));
+    const imported = Array.from({ length: 300 }, (_, i) => signer.sign({ content: `imported ${i}`, created_at: now() - i, tags: [['t', run]] }));
     const cli = await runCli(['import', '-'], { DATABASE_URL: databaseUrl, LOG_LEVEL: 'warn' }, imported.map((e) => JSON.stringify(e)).join('\n') + '\n');
     expect(cli.code, cli.stderr).toBe(0);
     await until(() => seenA().length >= 300 && seenB().length >= 300, 'the imported events on both processes');

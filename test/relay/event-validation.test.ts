@@ -68,8 +68,8 @@ describe('EVENT shape', () => {
     ['missing tags', (e) => without(e, 'tags')],
     // nostr-tools encodes a lone surrogate as U+FFFD before hashing, so these carry a valid id and
     // signature: only the explicit check refuses them (protocol.md 1.2).
-    ['a lone UTF-16 surrogate in content', () => alice.sign({ content: 'broken \ud800 text' })],
-    ['a lone UTF-16 surrogate in a tag', () => alice.sign({ tags: [['t', '\udc00']] })],
+    ['a lone UTF-16 surrogate in content', () => alice.signIndependent({ content: 'broken \ud800 text' })],
+    ['a lone UTF-16 surrogate in a tag', () => alice.signIndependent({ tags: [['t', '\udc00']] })],
   ];
 
   it.each(cases)('refuses %s with OK false "invalid:"', async (_, make) => {

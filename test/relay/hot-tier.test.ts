@@ -1,4 +1,4 @@
-// The hot tier (issue 17) in a running relay: REQs inside its window are answered from memory, and
+// The hot tier in a running relay: REQs inside its window are answered from memory, and
 // what any other writer commits or deletes (another relay process, psql, an import) is in the tier
 // before the next REQ that could see it. Relay A holds a tier; relay B, on the same database, none:
 // B's answers are PostgreSQL's.
@@ -49,8 +49,8 @@ describe('hot tier', () => {
     const [alice, bob] = [newSigner(), newSigner()];
     const t = now();
     const events = [
-      ...Array.from({ length: 30 }, (_, i) => alice.signFast({ content: `a${i}`, created_at: t - (i % 7), tags: [['t', 'hot'], ['p', bob.pubkey]] })),
-      ...Array.from({ length: 20 }, (_, i) => bob.signFast({ kind: 7, content: '+', created_at: t - i, tags: [['e', '0'.repeat(63) + (i % 2)]] })),
+      ...Array.from({ length: 30 }, (_, i) => alice.sign({ content: `a${i}`, created_at: t - (i % 7), tags: [['t', 'hot'], ['p', bob.pubkey]] })),
+      ...Array.from({ length: 20 }, (_, i) => bob.sign({ kind: 7, content: '+', created_at: t - i, tags: [['e', '0'.repeat(63) + (i % 2)]] })),
     ];
     for (const e of events) expect(await ca.publish(e)).toEqual([true, '']);
     const before = await answeredFromMemory();
@@ -83,7 +83,7 @@ describe('hot tier', () => {
     const carol = newSigner();
     const t = now();
     for (let i = 0; i < 20; i++) {
-      const e = carol.signFast({ content: `from b ${i}`, created_at: t + i });
+      const e = carol.sign({ content: `from b ${i}`, created_at: t + i });
       expect(await cb.publish(e)).toEqual([true, '']);
       expect(ids(await fetchA({ authors: [carol.pubkey], kinds: [1], limit: 1 }))).toEqual([e.id]);
     }
@@ -91,7 +91,7 @@ describe('hot tier', () => {
 
   it('serves an event written around the relay (psql, an import) in the next REQ', async () => {
     const dave = newSigner();
-    const e = dave.signFast({ content: 'written directly' });
+    const e = dave.sign({ content: 'written directly' });
     await writeEvent(b.db.pool, prepareEvent(e));
     expect(ids(await fetchA({ authors: [dave.pubkey], limit: 1 }))).toEqual([e.id]);
   });
@@ -99,24 +99,24 @@ describe('hot tier', () => {
   it('forgets what another writer deleted before the next REQ: a kind 5, a newer version, a vanish, a DELETE in psql', async () => {
     const erin = newSigner();
     const t = now();
-    const notes = Array.from({ length: 4 }, (_, i) => erin.signFast({ content: `n${i}`, created_at: t - i }));
+    const notes = Array.from({ length: 4 }, (_, i) => erin.sign({ content: `n${i}`, created_at: t - i }));
     for (const e of notes) expect(await ca.publish(e)).toEqual([true, '']);
-    const profile1 = erin.signFast({ kind: 0, content: '{"name":"one"}', created_at: t - 10 });
+    const profile1 = erin.sign({ kind: 0, content: '{"name":"one"}', created_at: t - 10 });
     expect(await ca.publish(profile1)).toEqual([true, '']);
     expect(ids(await fetchA({ authors: [erin.pubkey], kinds: [1], limit: 4 }))).toEqual(ids(notes));
 
     // A deletion request through B.
-    expect(await cb.publish(erin.signFast({ kind: 5, tags: [['e', notes[0].id]], created_at: t }))).toEqual([true, '']);
+    expect(await cb.publish(erin.sign({ kind: 5, tags: [['e', notes[0].id]], created_at: t }))).toEqual([true, '']);
     expect(ids(await fetchA({ authors: [erin.pubkey], kinds: [1], limit: 3 }))).toEqual(ids(notes.slice(1)));
     // A newer replaceable version through B: the older one is gone at once.
-    const profile2 = erin.signFast({ kind: 0, content: '{"name":"two"}', created_at: t - 5 });
+    const profile2 = erin.sign({ kind: 0, content: '{"name":"two"}', created_at: t - 5 });
     expect(await cb.publish(profile2)).toEqual([true, '']);
     expect(ids(await fetchA({ authors: [erin.pubkey], kinds: [0], limit: 1 }))).toEqual([profile2.id]);
     // Deleted in SQL by someone else.
     await b.db.pool.query('DELETE FROM events WHERE id = $1', [Buffer.from(notes[1].id, 'hex')]);
     expect(ids(await fetchA({ authors: [erin.pubkey], kinds: [1], limit: 2 }))).toEqual(ids(notes.slice(2)));
     // NIP-62 through B: everything of hers up to its created_at.
-    expect(await cb.publish(erin.signFast({ kind: 62, tags: [['relay', 'ALL_RELAYS']], created_at: t + 1 }))).toEqual([true, '']);
+    expect(await cb.publish(erin.sign({ kind: 62, tags: [['relay', 'ALL_RELAYS']], created_at: t + 1 }))).toEqual([true, '']);
     const left = await fetchA({ authors: [erin.pubkey], limit: 10 });
     expect(left.map((e) => e.kind)).toEqual([62]);
     expect(ids(left)).toEqual(ids(await fetchB({ authors: [erin.pubkey], limit: 10 })));
@@ -124,7 +124,7 @@ describe('hot tier', () => {
 
   it('never serves an expired event from memory', async () => {
     const frank = newSigner();
-    const e = frank.signFast({ content: 'brief', tags: [['expiration', String(now() + 2)]] });
+    const e = frank.sign({ content: 'brief', tags: [['expiration', String(now() + 2)]] });
     expect(await ca.publish(e)).toEqual([true, '']);
     expect(ids(await fetchA({ authors: [frank.pubkey], limit: 1 }))).toEqual([e.id]);
     await new Promise((r) => setTimeout(r, 2500));

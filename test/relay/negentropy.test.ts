@@ -78,9 +78,9 @@ async function negentropyRecords(): Promise<number> {
 describe('NIP-77 negentropy', () => {
   const t = now() - 10_000;
   // Equal timestamps are common in real data: bounds then need id prefixes.
-  const stored = Array.from({ length: 1200 }, (_, i) => alice.signFast({ content: `stored ${i}`, created_at: t + Math.floor(i / 7) }));
+  const stored = Array.from({ length: 1200 }, (_, i) => alice.sign({ content: `stored ${i}`, created_at: t + Math.floor(i / 7) }));
   const onlyOnRelay = stored.filter((_, i) => i % 10 === 3);
-  const onlyMine = Array.from({ length: 150 }, (_, i) => bob.signFast({ content: `mine ${i}`, created_at: t + Math.floor(i / 3) }));
+  const onlyMine = Array.from({ length: 150 }, (_, i) => bob.sign({ content: `mine ${i}`, created_at: t + Math.floor(i / 3) }));
   const mine = [...stored.filter((e) => !onlyOnRelay.includes(e)), ...onlyMine];
 
   beforeAll(async () => {
@@ -129,7 +129,7 @@ describe('NIP-77 negentropy', () => {
   });
 
   it('refuses a filter matching more than NEGENTROPY_MAX_RECORDS with NEG-ERR blocked:, never a truncated set', async () => {
-    const extra = Array.from({ length: 1900 }, (_, i) => bob.signFast({ kind: 30078, content: '', tags: [['d', `x${i}`]], created_at: t }));
+    const extra = Array.from({ length: 1900 }, (_, i) => bob.sign({ kind: 30078, content: '', tags: [['d', `x${i}`]], created_at: t }));
     await publishAll(extra);
     const subId = neg();
     const from = client.mark;
@@ -261,7 +261,7 @@ describe('NIP-77 limits across the process', () => {
     const [c1, c2] = [await TestClient.connect(small.url), await TestClient.connect(small.url)];
     try {
       const author = newSigner();
-      for (const e of Array.from({ length: 4 }, (_, i) => author.signFast({ content: `${i}` }))) expect(await c1.publish(e)).toEqual([true, '']);
+      for (const e of Array.from({ length: 4 }, (_, i) => author.sign({ content: `${i}` }))) expect(await c1.publish(e)).toEqual([true, '']);
       const open = async (c: TestClient, id: string) => {
         const from = c.mark;
         c.send(['NEG-OPEN', id, { authors: [author.pubkey] }, '61']);

@@ -43,10 +43,11 @@ const from = (address: string, headers: Record<string, string> = {}): ClientOpti
 describe('message budgets', () => {
   let relay: TestRelay;
   beforeAll(async () => {
+    // A token every 10 s: what refills while a test runs, however slowly, stays within the bounds.
     relay = await startTestRelay({
-      RATE_LIMIT_EVENTS_PER_SECOND: '1',
+      RATE_LIMIT_EVENTS_PER_SECOND: '0.1',
       RATE_LIMIT_EVENTS_BURST: '5',
-      RATE_LIMIT_REQS_PER_SECOND: '1',
+      RATE_LIMIT_REQS_PER_SECOND: '0.1',
       RATE_LIMIT_REQS_BURST: '5',
       RATE_LIMIT_DISCONNECT_AFTER: '1000',
       RATE_LIMIT_EXEMPT: `127.0.0.4/32,${newSigner().pubkey}`,
@@ -57,11 +58,12 @@ describe('message budgets', () => {
   it('limits a flood of events from one address while a client at another address is served as usual', async () => {
     const flooder = await connect(relay, from('127.0.0.2'));
     const events = Array.from({ length: 30 }, () => alice.sign({ content: unique('flood') }));
+    const started = Date.now();
     events.forEach((e) => flooder.send(['EVENT', e]));
     const oks = await Promise.all(events.map((e) => flooder.waitFor((m) => m[0] === 'OK' && m[1] === e.id)));
     const accepted = oks.filter((m) => m[2] === true).length;
     expect(accepted).toBeGreaterThanOrEqual(5);
-    expect(accepted).toBeLessThanOrEqual(7); // the burst, plus what refilled meanwhile
+    expect(accepted).toBeLessThanOrEqual(5 + Math.ceil((0.1 * (Date.now() - started)) / 1000)); // the burst, plus what refilled meanwhile
     expect(oks.filter((m) => m[2] === false).every((m) => /^rate-limited: /.test(m[3] as string))).toBe(true);
 
     const neighbour = await connect(relay, from('127.0.0.3'));
@@ -78,7 +80,7 @@ describe('message budgets', () => {
       if (i % 2 === 0) c.send(['CLOSE', `q${i}`]);
     }
     const closed = replies.filter((m) => m[0] === 'CLOSED');
-    expect(closed.length).toBeGreaterThanOrEqual(5);
+    expect(closed.length).toBeGreaterThanOrEqual(6); // 12 less the burst of 5, less one token of refill
     expect(closed.every((m) => /^rate-limited: /.test(m[2] as string))).toBe(true);
   });
 

@@ -37,10 +37,10 @@ describe('NIP-50 search', () => {
   it('orders by relevance, ties newest first, and applies limit after ranking', async () => {
     const w = unique('rank');
     const t = now() - 1000;
-    const strong = alice.signFast({ content: `${w} ${w} ${w} is everywhere here`, created_at: t });
-    const weakOld = alice.signFast({ content: `one mention of ${w} in a longer sentence`, created_at: t + 1 });
-    const weakNew = alice.signFast({ content: `one mention of ${w} in a longer sentence!`, created_at: t + 2 });
-    const other = alice.signFast({ content: 'nothing to see', created_at: t + 3 });
+    const strong = alice.sign({ content: `${w} ${w} ${w} is everywhere here`, created_at: t });
+    const weakOld = alice.sign({ content: `one mention of ${w} in a longer sentence`, created_at: t + 1 });
+    const weakNew = alice.sign({ content: `one mention of ${w} in a longer sentence!`, created_at: t + 2 });
+    const other = alice.sign({ content: 'nothing to see', created_at: t + 3 });
     await publishAll(strong, weakOld, weakNew, other);
     expect(ids(await search(w))).toEqual([strong.id, weakNew.id, weakOld.id]);
     // The oldest event is the most relevant: limit 1 keeps it, not the newest.
@@ -50,9 +50,9 @@ describe('NIP-50 search', () => {
   it('combines with kinds, authors, since, until and tags', async () => {
     const w = unique('combo');
     const t = now() - 500;
-    const a1 = alice.signFast({ content: `${w} one`, created_at: t, tags: [['t', 'cats']] });
-    const a2 = alice.signFast({ kind: 30023, content: `${w} long form`, created_at: t + 10, tags: [['d', 'x'], ['title', 'about it']] });
-    const b1 = bob.signFast({ content: `${w} by bob`, created_at: t + 20 });
+    const a1 = alice.sign({ content: `${w} one`, created_at: t, tags: [['t', 'cats']] });
+    const a2 = alice.sign({ kind: 30023, content: `${w} long form`, created_at: t + 10, tags: [['d', 'x'], ['title', 'about it']] });
+    const b1 = bob.sign({ content: `${w} by bob`, created_at: t + 20 });
     await publishAll(a1, a2, b1);
     expect(ids(await search(w, { authors: [bob.pubkey] }))).toEqual([b1.id]);
     expect(ids(await search(w, { kinds: [30023] }))).toEqual([a2.id]);
@@ -64,9 +64,9 @@ describe('NIP-50 search', () => {
   it('honours quoted phrases, -exclusions and OR', async () => {
     const w = unique('phr');
     const t = now() - 400;
-    const quick = alice.signFast({ content: `${w} the quick brown fox`, created_at: t });
-    const brownQuick = alice.signFast({ content: `${w} brown and quick`, created_at: t + 1 });
-    const dog = alice.signFast({ content: `${w} a lazy dog`, created_at: t + 2 });
+    const quick = alice.sign({ content: `${w} the quick brown fox`, created_at: t });
+    const brownQuick = alice.sign({ content: `${w} brown and quick`, created_at: t + 1 });
+    const dog = alice.sign({ content: `${w} a lazy dog`, created_at: t + 2 });
     await publishAll(quick, brownQuick, dog);
     expect(ids(await search(`${w} "quick brown"`))).toEqual([quick.id]);
     expect(ids(await search(`${w} -dog`)).sort()).toEqual(ids([quick, brownQuick]).sort());
@@ -76,7 +76,7 @@ describe('NIP-50 search', () => {
 
   it('ignores key:value extensions it does not support, and a search with no word matches nothing', async () => {
     const w = unique('ext');
-    const e = alice.signFast({ content: `${w} with extensions` });
+    const e = alice.sign({ content: `${w} with extensions` });
     await publishAll(e);
     expect(ids(await search(`include:spam ${w} nsfw:false domain:example.com`))).toEqual([e.id]);
     expect(await search('include:spam')).toEqual([]);
@@ -86,15 +86,15 @@ describe('NIP-50 search', () => {
 
   it('language:xx stems the query with that language; without it words match exactly', async () => {
     const w = unique('lang');
-    const runs = alice.signFast({ content: `${w} she runs every morning` });
-    const running = alice.signFast({ content: `${w} running shoes` });
+    const runs = alice.sign({ content: `${w} she runs every morning` });
+    const running = alice.sign({ content: `${w} running shoes` });
     await publishAll(runs, running);
     expect(ids(await search(`${w} running`))).toEqual([running.id]);
     expect(ids(await search(`${w} running language:en`)).sort()).toEqual(ids([runs, running]).sort());
     // An English stop word is dropped from the query, not required.
     expect(ids(await search(`${w} the running language:en`)).sort()).toEqual(ids([runs, running]).sort());
     // German stemming: "Häuser" and "Hauses" share the stem "haus".
-    const haus = alice.signFast({ content: `${w} das Haus am See` });
+    const haus = alice.sign({ content: `${w} das Haus am See` });
     await publishAll(haus);
     expect(ids(await search(`${w} hauses language:de`))).toEqual([haus.id]);
     // An unknown language falls back to exact words.
@@ -103,8 +103,8 @@ describe('NIP-50 search', () => {
 
   it('finds Chinese and Japanese words inside text written without spaces', async () => {
     const w = unique('cjk');
-    const ja = alice.signFast({ content: `${w} 東京タワーに行きました` });
-    const zh = alice.signFast({ content: `${w} 我喜欢北京烤鸭` });
+    const ja = alice.sign({ content: `${w} 東京タワーに行きました` });
+    const zh = alice.sign({ content: `${w} 我喜欢北京烤鸭` });
     await publishAll(ja, zh);
     expect(ids(await search(`${w} 東京`))).toEqual([ja.id]);
     expect(ids(await search(`${w} タワー`))).toEqual([ja.id]);
@@ -115,10 +115,10 @@ describe('NIP-50 search', () => {
 
   it('finds hashtags, host names, short words and profiles', async () => {
     const w = unique('misc');
-    const tagged = alice.signFast({ content: `${w} a post`, tags: [['t', 'bitcoin']] });
-    const link = alice.signFast({ content: `${w} read https://example.com/some/page now` });
-    const short = alice.signFast({ content: `${w} plan b is x` });
-    const profile = newSigner().signFast({ kind: 0, content: JSON.stringify({ name: `${w}`, about: 'I build relays', picture: 'https://x.y/z.png' }) });
+    const tagged = alice.sign({ content: `${w} a post`, tags: [['t', 'bitcoin']] });
+    const link = alice.sign({ content: `${w} read https://example.com/some/page now` });
+    const short = alice.sign({ content: `${w} plan b is x` });
+    const profile = newSigner().sign({ kind: 0, content: JSON.stringify({ name: `${w}`, about: 'I build relays', picture: 'https://x.y/z.png' }) });
     await publishAll(tagged, link, short, profile);
     expect(ids(await search(`${w} #bitcoin`))).toEqual([tagged.id]);
     expect(ids(await search(`${w} example.com`))).toEqual([link.id]);
@@ -129,7 +129,7 @@ describe('NIP-50 search', () => {
 
   it('does not search kinds that carry no text', async () => {
     const w = unique('kind');
-    await publishAll(alice.signFast({ kind: 7, content: w }), alice.signFast({ kind: 4, content: w, tags: [['p', bob.pubkey]] }));
+    await publishAll(alice.sign({ kind: 7, content: w }), alice.sign({ kind: 4, content: w, tags: [['p', bob.pubkey]] }));
     expect(await search(w)).toEqual([]);
   });
 
@@ -137,9 +137,9 @@ describe('NIP-50 search', () => {
     const w = unique('live');
     const id = sub();
     await client.query(id, { search: `${w} running language:en`, kinds: [1] });
-    const match = alice.signFast({ content: `${w} I ran, and runs are fun` });
-    const phraseMiss = alice.signFast({ content: `${w} walking only` });
-    const wrongKind = alice.signFast({ kind: 7, content: `${w} runs` });
+    const match = alice.sign({ content: `${w} I ran, and runs are fun` });
+    const phraseMiss = alice.sign({ content: `${w} walking only` });
+    const wrongKind = alice.sign({ kind: 7, content: `${w} runs` });
     await publishAll(phraseMiss, wrongKind, match);
     await until(() => client.liveEvents(id).length >= 1, 'the live match');
     await new Promise((r) => setTimeout(r, 200));
@@ -148,7 +148,7 @@ describe('NIP-50 search', () => {
 
   it('counts with a search', async () => {
     const w = unique('count');
-    await publishAll(alice.signFast({ content: `${w} a` }), bob.signFast({ content: `${w} b` }), bob.signFast({ content: 'not it' }));
+    await publishAll(alice.sign({ content: `${w} a` }), bob.sign({ content: `${w} b` }), bob.sign({ content: 'not it' }));
     expect(await client.count(sub(), { search: w })).toBe(2);
     expect(await client.count(sub(), { search: w, authors: [bob.pubkey] })).toBe(1);
   });
@@ -156,7 +156,7 @@ describe('NIP-50 search', () => {
   // Found by the fuzzer (bench/lib/fuzz.ts): a language search waits for PostgreSQL to stem its words.
   it('ends a language search closed while its words are being stemmed: no EOSE, no events, no subscription left', async () => {
     const w = unique('closing');
-    await publishAll(alice.signFast({ content: `${w} running` }));
+    await publishAll(alice.sign({ content: `${w} running` }));
     const open = relay.relay.context.subscriptions.size;
     const c = await TestClient.connect(relay.url);
     c.send(['REQ', 'stemming', { search: `${w} running language:en` }]);

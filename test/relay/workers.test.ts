@@ -64,7 +64,7 @@ describe('WORKERS=2', () => {
     const [victim, survivor] = [...workers.keys()];
     const signer = newSigner();
     const events: NostrEvent[] = Array.from({ length: 1000 }, (_, i) =>
-      signer.signFast({ created_at: now() - i, content: `burst ${i}` }),
+      signer.sign({ created_at: now() - i, content: `burst ${i}` }),
     );
     const acknowledged = new Set<string>();
     const publishers = [...workers.values()];

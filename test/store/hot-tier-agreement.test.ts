@@ -1,4 +1,4 @@
-// The hot tier against PostgreSQL and the NIP-01 reference (issue 17): random REQs and COUNTs over a
+// The hot tier against PostgreSQL and the NIP-01 reference: random REQs and COUNTs over a
 // stored data set with replaceable and addressable versions, ties, expirations and deletions give the
 // same answer from the tier (where it answers), from PostgreSQL, and from the reference, at several
 // window boundaries (tier budgets); the deletions are made in SQL after the fill, so they reach the
@@ -85,7 +85,7 @@ describe('the hot tier agrees with PostgreSQL and the reference', () => {
         expect(await tierReq(service, filters)).toEqual(expected);
         expect(ids(await storeReq(db.pool, filters, NOW, LIMITS))).toEqual(expected);
       }),
-      { numRuns: 150 },
+      { numRuns: 80 },
     );
     // Not vacuous: memory answered some of them (all of them could not be, below the window).
     expect(service.stats.memory + service.stats.mixed - before).toBeGreaterThan(index === 0 ? 5 : 40);

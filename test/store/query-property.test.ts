@@ -50,7 +50,7 @@ describe('on 3000 stored events', () => {
         expect(ids(answer)).toEqual(ids(expected));
         expect(answer).toEqual(expected);
       }),
-      { numRuns: 500 },
+      { numRuns: 250 },
     );
   });
 
@@ -60,7 +60,7 @@ describe('on 3000 stored events', () => {
         const answer = await storeReq(db.pool, filters, NOW, LIMITS);
         expect(ids(answer)).toEqual(ids(referenceReq(filters, stored, NOW, LIMITS)));
       }),
-      { numRuns: 200 },
+      { numRuns: 100 },
     );
   });
 
@@ -79,7 +79,7 @@ describe('on 3000 stored events', () => {
       fc.asyncProperty(filtersArb(idPool), async (filters) => {
         expect(await storeCount(db.pool, filters, NOW, LIMITS)).toBe(referenceCount(filters, stored, NOW));
       }),
-      { numRuns: 300 },
+      { numRuns: 150 },
     );
   });
 
@@ -89,7 +89,7 @@ describe('on 3000 stored events', () => {
         const answer = await storeReq(db.pool, filters, NOW, LIMITS, privacy);
         expect(ids(answer)).toEqual(ids(referenceReq(filters, stored, NOW, LIMITS, privacy)));
       }),
-      { numRuns: 400 },
+      { numRuns: 100 },
     );
   });
 
@@ -98,7 +98,7 @@ describe('on 3000 stored events', () => {
       fc.asyncProperty(filtersArb(idPool), privacyArb, async (filters, privacy) => {
         expect(await storeCount(db.pool, filters, NOW, LIMITS, privacy)).toBe(referenceCount(filters, stored, NOW, privacy));
       }),
-      { numRuns: 200 },
+      { numRuns: 100 },
     );
   });
 
@@ -108,7 +108,7 @@ describe('on 3000 stored events', () => {
         const answer = await storeReq(db.pool, filters, NOW, LIMITS, privacy);
         expect(ids(answer)).toEqual(ids(referenceReq(filters, stored, NOW, LIMITS, privacy)));
       }),
-      { numRuns: 100 },
+      { numRuns: 60 },
     );
   });
 });

@@ -13,7 +13,7 @@ let pool: pg.Pool;
 const log = createLogger('silent');
 beforeAll(async () => {
   const url = await createTestDatabase();
-  const knex = createKnex(url);
+  const knex = await createKnex(url);
   await migrateLatest(knex);
   await knex.destroy();
   pool = new pg.Pool({ connectionString: url, max: 4 });

@@ -18,13 +18,13 @@ export const migrate: Command = {
     const db = await openDatabase(config, log, { migrate: false, ownEmbeddedServer: false });
     try {
       if (action === 'latest') {
-        const applied = await migrateLatest(db.knex);
+        const applied = await migrateLatest(await db.knex());
         console.log(applied.length ? `applied: ${applied.join(', ')}` : 'already up to date');
       } else if (action === 'rollback') {
-        const undone = await migrateRollback(db.knex);
+        const undone = await migrateRollback(await db.knex());
         console.log(undone.length ? `rolled back: ${undone.join(', ')}` : 'nothing to roll back');
       } else {
-        const { applied, pending } = await migrationStatus(db.knex);
+        const { applied, pending } = await migrationStatus(await db.knex());
         for (const name of applied) console.log(`applied  ${name}`);
         for (const name of pending) console.log(`pending  ${name}`);
       }
