@@ -59,8 +59,8 @@ interface Row {
 const isSearchShape = (name: string) => name.startsWith('search-');
 
 /** Shapes named by --shapes: exact names, or prefixes ending in `*`. */
-function selectShapes<T extends { name: string }>(all: T[], wanted: string[] | undefined): T[] {
-  if (!wanted) return all;
+function selectShapes<T extends { name: string; onlyWhenNamed?: boolean }>(all: T[], wanted: string[] | undefined): T[] {
+  if (!wanted) return all.filter((s) => !s.onlyWhenNamed);
   const matches = (p: string, name: string) => (p.endsWith('*') ? name.startsWith(p.slice(0, -1)) : name === p);
   const unknown = wanted.filter((p) => !all.some((s) => matches(p, s.name)));
   if (unknown.length) throw new Error(`unknown shape ${unknown.join(', ')}; known: ${all.map((s) => s.name).join(', ')}`);

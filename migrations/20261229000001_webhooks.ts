@@ -1,6 +1,6 @@
 import type { Knex } from 'knex';
 
-// Webhooks (issue 15), the transactional outbox: an endpoint is a URL and NIP-01 filters; a delivery
+// Webhooks, the transactional outbox: an endpoint is a URL and NIP-01 filters; a delivery
 // row is written in the transaction that stores a matching event (store/outbox.ts), so an event that
 // got `OK true` is delivered or still queued, whatever crashes. Deliveries are claimed in batches
 // (FOR UPDATE SKIP LOCKED) and hidden until `visible_at` while one process works on them: a claim that

@@ -1,6 +1,6 @@
 import type { Knex } from 'knex';
 
-// What is deleted from events, for the processes that hold events in memory (the hot tier, issue 17):
+// What is deleted from events, for the processes that hold events in memory (the hot tier):
 // every DELETE on events (a kind 5, a replaced version, a vanish, a ban's purge, prune, the expiry
 // sweep, psql) records the ids it removed, stamped like inserted rows with the transaction's id and
 // a number from the same sequence, and sends the transaction's NOTIFY on the events channel. Each

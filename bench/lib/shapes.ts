@@ -10,6 +10,8 @@ export interface Shape {
   description: string;
   /** A fresh set of filters for each call, varied so caches do not make every run identical. */
   filters(): Filter[];
+  /** Only when named (--shapes): not among bench:query's shapes by default. */
+  onlyWhenNamed?: boolean;
 }
 
 /** `n` distinct authors spread over popularity ranks (a few very active, many occasional). */
@@ -26,9 +28,9 @@ export function queryShapes(m: Manifest, seed = 7): Shape[] {
   const random = prng(seed);
   const pickOne = <T>(list: T[], top = list.length) => list[Math.floor(random() * Math.min(top, list.length))];
   const seedQuery = (): Filter => ({ kinds: [1], '#p': spreadAuthors(m, 150, random), limit: 500 });
-  const feed = (): Filter => ({ authors: spreadAuthors(m, 500, random), kinds: [1, 6], limit: 500 });
+  const feed = (authors = 500): Filter => ({ authors: spreadAuthors(m, authors, random), kinds: [1, 6], limit: 500 });
   const thread = (): Filter => ({ '#e': [pickOne(m.popularNotes, 20)], kinds: [1, 7] });
-  const profiles = (): Filter => ({ kinds: [0], authors: spreadAuthors(m, 300, random) });
+  const profiles = (authors = 300): Filter => ({ kinds: [0], authors: spreadAuthors(m, authors, random) });
   const hashtag = (): Filter => ({ '#t': [pickOne(m.hashtags, 10)], limit: 100 });
   const articles = (): Filter => {
     const picked = Array.from({ length: 10 }, () => pickOne(m.articles));
@@ -39,6 +41,9 @@ export function queryShapes(m: Manifest, seed = 7): Shape[] {
     { name: 'home-feed', description: '{"authors":[500],"kinds":[1,6],"limit":500}', filters: () => [feed()] },
     { name: 'thread', description: '{"#e":[popular note],"kinds":[1,7]}', filters: () => [thread()] },
     { name: 'profiles', description: '{"kinds":[0],"authors":[300]}', filters: () => [profiles()] },
+    // The lighter mix the comparison with other relays uses (docs/benchmarks.md, "Against strfry and nostream").
+    { name: 'feed-300', description: '{"authors":[300],"kinds":[1,6],"limit":500}', filters: () => [feed(300)], onlyWhenNamed: true },
+    { name: 'profiles-100', description: '{"kinds":[0],"authors":[100]}', filters: () => [profiles(100)], onlyWhenNamed: true },
     {
       name: 'ids-100',
       description: '{"ids":[100 ids]}',

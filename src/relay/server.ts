@@ -294,7 +294,7 @@ export async function startRelay(config: Config, db: PrimaryDatabase, log: Logge
   };
   const sweep = setInterval(sweepExpired, config.EXPIRY_SWEEP_SECONDS * 1000);
   const stopRetention = startRetention(pool, config, log); // RETENTION_* (off unless RETENTION_OLDER_THAN)
-  // Webhooks (issue 15): every process delivers from the shared queue.
+  // Webhooks: every process delivers from the shared queue.
   const webhooks = config.WEBHOOK_DELIVERY
     ? new WebhookWorker(pool, log, {
         concurrency: config.WEBHOOK_CONCURRENCY,

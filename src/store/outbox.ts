@@ -1,4 +1,4 @@
-// Webhooks' transactional outbox (issue 15): the writer enqueues one delivery per stored event and
+// Webhooks' transactional outbox: the writer enqueues one delivery per stored event and
 // matching endpoint in the transaction that stores the event, so an event acknowledged with
 // `OK true` is delivered or still queued, whatever crashes. Endpoints are NIP-01 filters, matched
 // with the same matcher as live subscriptions.

@@ -1,4 +1,4 @@
-// Webhook endpoints for the operator (issue 15; `npm run cli -- webhook`): adding, listing, pausing
+// Webhook endpoints for the operator (`npm run cli -- webhook`): adding, listing, pausing
 // and removing endpoints, looking at their queues, and filling a queue again from stored events.
 // Every change to webhook_endpoints goes through changeEndpoints (store/outbox.ts), which takes the
 // outbox lock and bumps the generation, so that running relays enqueue for the new endpoints from

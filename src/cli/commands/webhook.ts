@@ -1,4 +1,4 @@
-// webhook: the operator's side of webhooks (issue 15). Endpoints are added, paused and removed here
+// webhook: the operator's side of webhooks. Endpoints are added, paused and removed here
 // (store/webhook-endpoints.ts); every relay process on the database enqueues for the new endpoints from the
 // next batch it writes, and the delivery workers send the queue.
 import type pg from 'pg';

@@ -1,4 +1,4 @@
-// The hot tier kept current (issue 17): the newest events held in memory (tier.ts), answering the REQ
+// The hot tier kept current: the newest events held in memory (tier.ts), answering the REQ
 // filters whose answer lies inside its window; PostgreSQL stays the source of truth.
 //
 // - Filled at start from PostgreSQL, newest first, a page per turn of the event loop, until the

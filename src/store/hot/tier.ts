@@ -1,4 +1,4 @@
-// The in-memory hot tier (issue 17): the most recent stored events, indexed like the events table,
+// The in-memory hot tier: the most recent stored events, indexed like the events table,
 // answering a REQ filter or a COUNT from memory when the answer lies entirely inside what it holds.
 // PostgreSQL stays the source of truth: the tier is fed by the fill (older pages read from the
 // database), the change stream (newly stored events) and removals, and it says "undefined" whenever
