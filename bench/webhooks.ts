@@ -6,7 +6,11 @@
 //    requests, and one that is down for 30 s (--down-seconds).
 // 2. Queue (store/webhook-queue.ts) on its own, as PGMQ publishes its figures: rows enqueued in
 //    batches of 100 (as the outbox does, one INSERT per batch), then claimed 100 at a time (FOR UPDATE
-//    SKIP LOCKED, visibility timeout) and deleted, by one and by two workers at once.
+//    SKIP LOCKED, leased) and deleted, by one and by two workers at once.
+// 3. Crash (--parts crash, not run by default): 2,000 acknowledged events queued, the relay process
+//    SIGKILLed mid-delivery, then started again (or, second, another relay process on the database left
+//    running): how long until every event is delivered, how many were not delivered within 15 s of the
+//    restart (of the kill), and how many were sent twice (requests in flight at the kill).
 // Fresh embedded databases in temporary folders.
 import { createServer } from 'node:http';
 import { mkdtemp, rm } from 'node:fs/promises';
@@ -35,7 +39,9 @@ options:
   --down-seconds N   how long the receiver is down in the last scenario (default 30)
   --rows N           rows for the queue part (default 200000)
   --batch N          queue batch size (default 100)
-  --parts a,b        delivery,queue (default both)`;
+  --crash-events N   acknowledged events in the crash part (default 2000)
+  --crash-delay-ms N how long the receiver takes per request in the crash part (default 5)
+  --parts a,b,…      delivery,queue,crash (default delivery,queue)`;
 
 const { values } = parseArgs({
   options: {
@@ -44,6 +50,8 @@ const { values } = parseArgs({
     'down-seconds': { type: 'string', default: '30' },
     rows: { type: 'string', default: '200000' },
     batch: { type: 'string', default: '100' },
+    'crash-events': { type: 'string', default: '2000' },
+    'crash-delay-ms': { type: 'string', default: '5' },
     parts: { type: 'string', default: 'delivery,queue' },
     help: { type: 'boolean', default: false },
   },
@@ -79,11 +87,17 @@ function signNotes(count: number, salt: string): NostrEvent[] {
   });
 }
 
-/** A local receiver: records when each event arrived; `fail(n)` decides whether request n fails. */
+/**
+ * A local receiver: records when each event arrived (answered 2xx, `delayMs` after the request), and
+ * how many times an event arrived again; `fail(n)` decides whether request n fails. While `holding`,
+ * answers wait for `release()`.
+ */
 async function startReceiver() {
   const received = new Map<string, number>();
   let requests = 0;
-  const state = { fail: (_n: number) => false, down: false };
+  let repeats = 0;
+  const state = { fail: (_n: number) => false, down: false, delayMs: 0, holding: false };
+  const held: Array<() => void> = [];
   const server = createServer((req, res) => {
     const chunks: Buffer[] = [];
     req.on('data', (c) => chunks.push(c));
@@ -93,10 +107,18 @@ async function startReceiver() {
         res.statusCode = 503;
         return res.end();
       }
-      const now = performance.now();
-      const body = JSON.parse(Buffer.concat(chunks).toString()) as { data: NostrEvent | NostrEvent[] };
-      for (const e of Array.isArray(body.data) ? body.data : [body.data]) if (!received.has(e.id)) received.set(e.id, now);
-      res.end();
+      const answer = () => {
+        const now = performance.now();
+        const body = JSON.parse(Buffer.concat(chunks).toString()) as { data: NostrEvent | NostrEvent[] };
+        for (const e of Array.isArray(body.data) ? body.data : [body.data]) {
+          if (received.has(e.id)) repeats++;
+          else received.set(e.id, now);
+        }
+        res.end();
+      };
+      const due = () => (state.holding ? held.push(answer) : answer());
+      if (state.delayMs) setTimeout(due, state.delayMs);
+      else due();
     });
   });
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
@@ -106,6 +128,13 @@ async function startReceiver() {
     state,
     get requests() {
       return requests;
+    },
+    get repeats() {
+      return repeats;
+    },
+    release() {
+      state.holding = false;
+      for (const answer of held.splice(0)) answer();
     },
     close: () => (server.closeAllConnections(), new Promise<void>((r) => server.close(() => r()))),
   };
@@ -299,6 +328,84 @@ async function queueBench(): Promise<void> {
   }
 }
 
+// ---- 3. Crash ----
+
+interface CrashRow {
+  scenario: string;
+  beforeKill: number;
+  notWithin15s: number;
+  lastAfterKill: number;
+  lastAfterStart: number | undefined;
+  repeats: number;
+}
+
+/**
+ * `survivor`: a second relay process runs beside the one killed, and nothing is restarted; otherwise
+ * the killed relay is started again at once. Times in seconds.
+ */
+async function crashScenario(count: number, survivor: boolean): Promise<CrashRow> {
+  const store = await freshDatabase();
+  const receiver = await startReceiver();
+  receiver.state.delayMs = Number(values['crash-delay-ms']);
+  const env = { DATABASE_URL: store.db.url, RATE_LIMIT_EVENTS_PER_SECOND: '0', MAX_PENDING_EVENTS: '5000' };
+  const victim = await startRelayProcess(env);
+  const relays = [victim];
+  try {
+    // Queued while the endpoint is paused: every event is acknowledged before delivery starts.
+    const endpoint = await changeEndpoints(store.db.pool, async (c) =>
+      (await c.query<{ id: number }>('INSERT INTO webhook_endpoints (url, filters, paused) VALUES ($1, $2, true) RETURNING id', [receiver.url, '[{"kinds":[1]}]'])).rows[0].id);
+    const events = signNotes(count, `crash-${survivor}-${Date.now()}`);
+    const ok = await publish(victim.url, events, 2000);
+    if (ok.size !== count) throw new Error(`${ok.size} of ${count} events acknowledged`);
+    await changeEndpoints(store.db.pool, (c) => c.query('UPDATE webhook_endpoints SET paused = false WHERE id = $1', [endpoint]));
+    // Half-way through a claim (they are of 100 rows), a quarter of the way through the events; the
+    // receiver then holds its answers until the kill, so that the victim is still mid-claim when it
+    // dies, however long the other process takes to start.
+    while (receiver.received.size < Math.floor(count / 400) * 100 + 50) await new Promise((r) => setTimeout(r, 2));
+    receiver.state.holding = true;
+    if (survivor) relays.push(await startRelayProcess(env));
+    const exited = new Promise((r) => victim.child.once('exit', r));
+    victim.child.kill('SIGKILL');
+    const killedAt = performance.now();
+    await exited;
+    const beforeKill = receiver.received.size;
+    receiver.release(); // answers to the dead victim go nowhere: those events are sent again
+    let startedAt = killedAt;
+    if (!survivor) {
+      relays.push(await startRelayProcess(env));
+      startedAt = performance.now();
+    }
+    const ids = events.map((e) => e.id);
+    await waitForAll(receiver, ids, 300_000);
+    const times = ids.map((id) => receiver.received.get(id) ?? Infinity);
+    const row = {
+      scenario: survivor ? 'another process running, no restart' : 'restarted at once',
+      beforeKill,
+      notWithin15s: times.filter((t) => t - startedAt > 15_000).length,
+      lastAfterKill: (Math.max(...times) - killedAt) / 1000,
+      lastAfterStart: survivor ? undefined : (Math.max(...times) - startedAt) / 1000,
+      repeats: receiver.repeats,
+    };
+    say(`  ${row.scenario}: ${beforeKill} delivered before the kill; every event ${row.lastAfterKill.toFixed(1)} s after it; ${row.notWithin15s} not within 15 s; ${row.repeats} sent twice`);
+    return row;
+  } finally {
+    await Promise.all(relays.map((r) => r.stop()));
+    await receiver.close();
+    await store.close();
+  }
+}
+
+async function crashBench(): Promise<void> {
+  const count = Number(values['crash-events']);
+  const rows = [await crashScenario(count, false), await crashScenario(count, true)];
+  console.log(`\nCrash: ${count} acknowledged events for one endpoint, the relay SIGKILLed once a quarter was delivered (mid-claim); receiver answering in ${values['crash-delay-ms']} ms; load average after ${loadAverage().toFixed(1)}\n`);
+  console.log('| scenario | delivered before the kill | every event delivered, after the kill | after the restart | not delivered within 15 s of the restart (of the kill) | sent twice |');
+  console.log('|---|---:|---:|---:|---:|---:|');
+  for (const r of rows)
+    console.log(`| ${r.scenario} | ${r.beforeKill} | ${r.lastAfterKill.toFixed(1)} s | ${r.lastAfterStart === undefined ? '–' : `${r.lastAfterStart.toFixed(1)} s`} | ${r.notWithin15s} | ${r.repeats} |`);
+}
+
 console.log(`${machineDescription()}; load average ${loadAverage().toFixed(1)}`);
 if (parts.includes('delivery')) await deliveryBench();
 if (parts.includes('queue')) await queueBench();
+if (parts.includes('crash')) await crashBench();

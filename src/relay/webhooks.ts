@@ -1,17 +1,17 @@
-// Webhook delivery (issue 15): claims queued deliveries (store/webhook-queue.ts) in batches and POSTs
-// them to their endpoints, signed like Standard Webhooks (webhook-signature.ts). Every relay process
-// runs one; FOR UPDATE SKIP LOCKED keeps them from claiming the same row. A delivery is deleted only
-// after a 2xx; otherwise it comes back after an exponential backoff with jitter (or the receiver's
+// Webhook delivery: claims queued deliveries (store/webhook-queue.ts) in batches and POSTs them to
+// their endpoints, signed like Standard Webhooks (webhook-signature.ts). Every relay process runs one;
+// FOR UPDATE SKIP LOCKED keeps them from claiming the same row. A delivery is deleted only after a
+// 2xx; otherwise it comes back after an exponential backoff with jitter (or the receiver's
 // Retry-After), and is marked dead once older than WEBHOOK_MAX_AGE_SECONDS. An endpoint that keeps
 // failing has its circuit opened for a while, so a dead receiver costs the others nothing. HTTP goes
 // through one undici Pool per origin (keep-alive, WEBHOOK_CONCURRENCY connections): no connection per
 // request, so no ephemeral-port exhaustion.
-import { Pool as HttpPool } from 'undici';
+import type { Pool as HttpPool } from 'undici';
 import type pg from 'pg';
 import type { Logger } from '../log.js';
 import type { ChangeStream } from '../store/changes.js';
 import {
-  claimDeliveries, completeDeliveries, failDeliveries, postponeDeliveries, readEndpoints, readGeneration, type ClaimedDelivery, type EndpointRow,
+  claimDeliveries, completeDeliveries, failDeliveries, postponeDeliveries, readEndpoints, readGeneration, renewLeases, type Claim, type ClaimedDelivery, type EndpointRow,
 } from '../store/webhook-queue.js';
 import { secretKey, signatureHeaders } from './webhook-signature.js';
 
@@ -25,6 +25,8 @@ export interface WebhookSettings {
   claimBatch?: number;
   /** How often an idle worker looks at the queue (it is also woken by every commit). */
   pollMs?: number;
+  /** How long a claim stays hidden unless renewed (LEASE_MS); renewed every third of it. */
+  leaseMs?: number;
   /** Told each outcome (metrics). */
   onOutcome?: (outcome: 'delivered' | 'failed' | 'dead', n: number) => void;
   /** Told the queue's size and age every SAMPLE_MS (metrics). */
@@ -38,6 +40,23 @@ export interface QueueSample {
 }
 
 const SAMPLE_MS = 5000;
+
+/**
+ * Claims are leases of LEASE_MS, renewed every third of it while their requests run: the claims of a
+ * process that dies (SIGKILL, a lost host) come back within one lease, to another process or to the
+ * next start. Hiding a claim for as long as it might take at worst held a crashed process's
+ * deliveries back that long (135 s at the defaults). Leases rather than owners that prove they are
+ * alive (a session advisory lock, a heartbeat row): no schema, no reaper, no process identity; a
+ * process hung with its connections open loses its claims too, where a session lock would keep them;
+ * a PostgreSQL restart drops every session lock at once, and a transaction-mode pooler cannot hold
+ * one. The cost: while requests are in flight, one UPDATE of their rows (a claim at most) every
+ * LEASE_MS / 3. The risk: a renewal two thirds of a lease late (the event loop or the database
+ * stalled ~7 s) lets another process claim the rows and send them again: at least once, as ever.
+ * Leases run on the database's clock, not the hosts'.
+ */
+const LEASE_MS = 10_000;
+/** Writing a claim's outcomes, at worst: waits for a pool connection, a renewal, the statement timeout. */
+const OUTCOME_SLACK_MS = 30_000;
 
 const FIRST_RETRY_MS = 1000;
 const MAX_RETRY_MS = 10 * 60_000;
@@ -78,6 +97,15 @@ function body(deliveries: ClaimedDelivery[], batched: boolean): string {
   return `{"type":"events","data":[${deliveries.map((d) => d.payload).join(',')}]}`;
 }
 
+/**
+ * Waits for every one, then throws the first failure: a claim is let go (no longer renewed) only once
+ * all its requests have ended.
+ */
+async function settleAll(promises: Promise<void>[]): Promise<void> {
+  const failed = (await Promise.allSettled(promises)).find((r) => r.status === 'rejected');
+  if (failed) throw failed.reason;
+}
+
 export class WebhookWorker {
   private running = false;
   private loop: Promise<void> | undefined;
@@ -87,7 +115,12 @@ export class WebhookWorker {
   private readonly pools = new Map<string, HttpPool>();
   private readonly circuits = new Map<number, Circuit>();
   private unsubscribe: (() => void) | undefined;
-  readonly stats = { delivered: 0, failed: 0, dead: 0, requests: 0 };
+  /** The claims whose requests are running, renewed until their outcome is written; `until`: see deliverSome. */
+  private readonly held = new Map<string, { claim: Claim; until: number }>();
+  private renewing: Promise<void> = Promise.resolve();
+  private renewalRunning = false;
+  private renewer: NodeJS.Timeout | undefined;
+  readonly stats = { delivered: 0, failed: 0, dead: 0, requests: 0, renewed: 0 };
 
   constructor(
     private readonly pool: pg.Pool,
@@ -103,9 +136,15 @@ export class WebhookWorker {
 
   private sampler: NodeJS.Timeout | undefined;
 
+  private get leaseMs(): number {
+    return this.settings.leaseMs ?? LEASE_MS;
+  }
+
   start(): this {
     this.running = true;
     this.loop = this.run();
+    this.renewer = setInterval(() => this.renew(), this.leaseMs / 3);
+    this.renewer.unref();
     if (this.settings.onSample) {
       this.sampler = setInterval(() => void this.sample(), SAMPLE_MS);
       this.sampler.unref();
@@ -131,7 +170,9 @@ export class WebhookWorker {
     clearInterval(this.sampler);
     this.unsubscribe?.();
     this.wake?.();
-    await this.loop;
+    await this.loop; // renewing the leases of the requests it waits for
+    clearInterval(this.renewer);
+    await this.renewing;
     await Promise.all([...this.pools.values()].map((p) => p.close()));
   }
 
@@ -156,32 +197,73 @@ export class WebhookWorker {
   private async deliverSome(): Promise<ClaimedDelivery[]> {
     const generation = await readGeneration(this.pool);
     if (generation !== this.generation) ({ generation: this.generation, endpoints: this.endpoints } = await readEndpoints(this.pool));
-    // Hidden for as long as the claim can take at worst (every request of an endpoint timing out, in
-    // rounds of `concurrency`): a process that dies mid-claim leaves its deliveries for that long.
     const claimBatch = this.settings.claimBatch ?? 100;
-    const visibilityMs = this.settings.timeoutMs * Math.ceil(claimBatch / this.settings.concurrency) + 5000;
-    const claimed = await claimDeliveries(this.pool, claimBatch, visibilityMs);
-    const byEndpoint = new Map<number, ClaimedDelivery[]>();
-    for (const d of claimed) (byEndpoint.get(d.endpointId) ?? byEndpoint.set(d.endpointId, []).get(d.endpointId)!).push(d);
-    await Promise.all([...byEndpoint].map(([id, deliveries]) => this.deliverTo(id, deliveries)));
+    const claimed = await claimDeliveries(this.pool, claimBatch, this.leaseMs);
+    // Renewed no longer than the claim can take: each request times out WEBHOOK_TIMEOUT_MS after the
+    // claim (those queued behind `concurrency` too), then the outcomes are written. A claim held past
+    // that is stuck, and its rows come back as if its process had died.
+    const until = Date.now() + this.settings.timeoutMs + OUTCOME_SLACK_MS;
+    for (const d of claimed) this.held.set(d.id, { claim: d, until });
+    try {
+      const byEndpoint = new Map<number, ClaimedDelivery[]>();
+      for (const d of claimed) (byEndpoint.get(d.endpointId) ?? byEndpoint.set(d.endpointId, []).get(d.endpointId)!).push(d);
+      await settleAll([...byEndpoint].map(([id, deliveries]) => this.deliverTo(id, deliveries)));
+    } finally {
+      // An outcome that could not be written leaves its rows to come back when their lease lapses.
+      for (const d of claimed) this.held.delete(d.id);
+    }
     return claimed;
+  }
+
+  /** Extends the leases of the claims still held; a tick that finds the last renewal still running skips. */
+  private renew(): void {
+    if (this.held.size === 0 || this.renewalRunning) return;
+    const now = Date.now();
+    const claims = [...this.held.values()].filter((h) => h.until > now).map((h) => h.claim);
+    if (claims.length === 0) return;
+    this.renewalRunning = true;
+    this.renewing = renewLeases(this.pool, claims, this.leaseMs).then(
+      (n) => void (this.stats.renewed += n),
+      (err) => this.log.warn({ err: (err as Error).message, deliveries: claims.length }, 'webhook lease renewal failed'),
+    ).finally(() => (this.renewalRunning = false));
+  }
+
+  /**
+   * Stops renewing these claims before their outcome is written, and waits for a renewal under way:
+   * one landing after a failure would overwrite its backoff with a lease, and one running beside a
+   * DELETE of the same rows could deadlock with it.
+   */
+  private async release(claims: Claim[]): Promise<void> {
+    for (const c of claims) this.held.delete(c.id);
+    await this.renewing;
   }
 
   private async deliverTo(endpointId: number, deliveries: ClaimedDelivery[]): Promise<void> {
     const endpoint = this.endpoints.get(endpointId);
-    if (!endpoint) return; // removed meanwhile: its deliveries went with it
+    // Removed meanwhile (its deliveries went with it), or added since the endpoints were read (they
+    // come back when their lease lapses, and the next round reads the endpoints again).
+    if (!endpoint) return;
     const circuit = this.circuits.get(endpointId);
-    if (circuit && circuit.openUntil > Date.now()) return postponeDeliveries(this.pool, deliveries, circuit.openUntil - Date.now());
+    if (circuit && circuit.openUntil > Date.now()) {
+      await this.release(deliveries);
+      return postponeDeliveries(this.pool, deliveries, circuit.openUntil - Date.now());
+    }
     const batched = endpoint.batchSize > 1;
     const posts: ClaimedDelivery[][] = [];
     for (let i = 0; i < deliveries.length; i += endpoint.batchSize) posts.push(deliveries.slice(i, i + endpoint.batchSize));
-    await Promise.all(posts.map((post) => this.post(endpoint, post, batched)));
+    await settleAll(posts.map((post) => this.post(endpoint, post, batched)));
   }
 
-  private httpPool(url: URL): HttpPool {
+  /** undici, loaded with the first request (a third of a second at start that most relays never need). */
+  private static undici: Promise<{ Pool: typeof HttpPool }> | undefined;
+
+  private async httpPool(url: URL): Promise<HttpPool> {
     let pool = this.pools.get(url.origin);
     if (!pool) {
-      pool = new HttpPool(url.origin, { connections: this.settings.concurrency, keepAliveTimeout: 30_000, headersTimeout: this.settings.timeoutMs, bodyTimeout: this.settings.timeoutMs });
+      const { Pool } = await (WebhookWorker.undici ??= import('undici'));
+      pool = this.pools.get(url.origin); // another request may have made it meanwhile
+      if (pool) return pool;
+      pool = new Pool(url.origin, { connections: this.settings.concurrency, keepAliveTimeout: 30_000, headersTimeout: this.settings.timeoutMs, bodyTimeout: this.settings.timeoutMs });
       this.pools.set(url.origin, pool);
     }
     return pool;
@@ -198,7 +280,7 @@ export class WebhookWorker {
     let retryAfter: number | undefined;
     this.stats.requests++;
     try {
-      const res = await this.httpPool(url).request({
+      const res = await (await this.httpPool(url)).request({
         path: url.pathname + url.search,
         method: 'POST',
         headers,
@@ -217,6 +299,7 @@ export class WebhookWorker {
       this.circuits.delete(endpoint.id);
       this.stats.delivered += deliveries.length;
       this.settings.onOutcome?.('delivered', deliveries.length);
+      await this.release(deliveries);
       return completeDeliveries(this.pool, deliveries);
     }
     this.stats.failed += deliveries.length;
@@ -231,6 +314,7 @@ export class WebhookWorker {
     const now = Date.now();
     const dead = deliveries.filter((d) => now - d.createdAt.getTime() > this.settings.maxAgeMs);
     const retry = deliveries.filter((d) => !dead.includes(d));
+    await this.release(deliveries);
     if (dead.length) {
       this.stats.dead += dead.length;
       this.settings.onOutcome?.('dead', dead.length);

@@ -1,8 +1,9 @@
-// Webhooks' delivery queue (issue 15), PGMQ-style: deliveries are claimed in batches with
-// FOR UPDATE SKIP LOCKED, so several relay processes share the work without claiming the same row,
-// and hidden for a visibility timeout while one works on them: a worker that dies leaves its claims
-// to come back. A delivered row is deleted; a failed one is made visible again later (backoff), or
-// marked dead. Paused endpoints keep their queue and are skipped.
+// Webhooks' delivery queue, PGMQ-style: deliveries are claimed in batches with FOR UPDATE SKIP
+// LOCKED, so several relay processes share the work without claiming the same row, and hidden for a
+// short lease while one works on them. The worker renews its leases while its requests run
+// (renewLeases), so a worker that dies leaves its claims to come back within one lease. A delivered
+// row is deleted; a failed one is made visible again later (backoff), or marked dead. Paused
+// endpoints keep their queue and are skipped.
 import type pg from 'pg';
 
 export interface ClaimedDelivery {
@@ -15,11 +16,11 @@ export interface ClaimedDelivery {
 }
 
 /**
- * Claims up to `limit` visible deliveries of enabled endpoints, hidden for `visibilityMs`, those
+ * Claims up to `limit` visible deliveries of enabled endpoints, hidden for `leaseMs`, those
  * visible longest first. Each enabled endpoint's ready deliveries are read on their own
  * (webhook_deliveries_ready_by_endpoint), so a paused endpoint's backlog costs a claim nothing.
  */
-export async function claimDeliveries(pool: pg.Pool, limit: number, visibilityMs: number): Promise<ClaimedDelivery[]> {
+export async function claimDeliveries(pool: pg.Pool, limit: number, leaseMs: number): Promise<ClaimedDelivery[]> {
   const { rows } = await pool.query<{ id: string; endpoint_id: number; event_id: Buffer; payload: string; attempts: number; created_at: Date }>(
     `UPDATE webhook_deliveries d SET visible_at = now() + $2 * interval '1 millisecond', attempts = d.attempts + 1
       WHERE d.id IN (
@@ -31,7 +32,7 @@ export async function claimDeliveries(pool: pg.Pool, limit: number, visibilityMs
          WHERE NOT e.paused
          ORDER BY r.visible_at, r.id LIMIT $1)
       RETURNING d.id::text AS id, d.endpoint_id, d.event_id, d.payload, d.attempts, d.created_at`,
-    [limit, visibilityMs],
+    [limit, leaseMs],
   );
   return rows
     .map((r) => ({ id: r.id, endpointId: r.endpoint_id, eventId: r.event_id.toString('hex'), payload: r.payload, attempts: r.attempts, createdAt: r.created_at }))
@@ -39,14 +40,27 @@ export async function claimDeliveries(pool: pg.Pool, limit: number, visibilityMs
 }
 
 /**
- * A claim, as the worker holds it: the row, and the attempt its claim counted. Outcomes apply only
- * while the row is still at that attempt, so a worker that finishes after its visibility timeout
- * (another has claimed the row since) changes nothing.
+ * A claim, as the worker holds it: the row, and the attempt its claim counted. Outcomes and renewals
+ * apply only while the row is still at that attempt, so a worker that finishes after its lease lapsed
+ * and another claimed the row changes nothing.
  */
 export type Claim = Pick<ClaimedDelivery, 'id' | 'attempts'>;
 
 const CLAIMS = 'unnest($1::bigint[], $2::int[]) c(id, attempts) WHERE d.id = c.id AND d.attempts = c.attempts';
 const claimParams = (claims: Claim[]) => [claims.map((c) => c.id), claims.map((c) => c.attempts)];
+
+/**
+ * Still working on these: hidden for another `leaseMs` from now. A row claimed again since (its lease
+ * lapsed) is at a later attempt and stays with its new holder; a row whose lease lapsed but that no
+ * one claimed is still this claim's and is extended. The UPDATE waits for a claim that has the row
+ * locked, then sees its new attempt (READ COMMITTED re-checks the row), so it can never take a row
+ * back from a worker that claimed it meanwhile.
+ */
+export async function renewLeases(pool: pg.Pool, claims: Claim[], leaseMs: number): Promise<number> {
+  if (claims.length === 0) return 0;
+  const { rowCount } = await pool.query(`UPDATE webhook_deliveries d SET visible_at = now() + $3 * interval '1 millisecond' FROM ${CLAIMS}`, [...claimParams(claims), leaseMs]);
+  return rowCount ?? 0;
+}
 
 /** Delivered: the rows go. */
 export async function completeDeliveries(pool: pg.Pool, claims: Claim[]): Promise<void> {

@@ -49,7 +49,7 @@ describe('crash safety', () => {
 
   it('delivers to webhooks, after a restart, every acknowledged event that was not yet delivered at SIGKILL', async () => {
     const url = await createTestDatabase();
-    // Claims of the killed process come back after WEBHOOK_TIMEOUT_MS × (100 / 8 rounds) + 5 s: ~9 s.
+    // Claims of the killed process come back when their lease lapses (10 s, src/relay/webhooks.ts).
     const env = { DATABASE_URL: url, LOG_LEVEL: 'silent', WEBHOOK_TIMEOUT_MS: '300' };
     const received = new Set<string>();
     const receiver = createServer((req, res) => {

@@ -1,4 +1,4 @@
-// Webhook delivery (issue 15) against real relays, a real database and a real local HTTP receiver:
+// Webhook delivery against real relays, a real database and a real local HTTP receiver:
 // every matching event arrives, signed so that the `standardwebhooks` package verifies it, and no
 // other; a receiver that fails or stalls still gets everything; batches, Retry-After, the dead state;
 // two relay processes on one database deliver each event once.
@@ -87,8 +87,8 @@ describe('webhook delivery', () => {
     try {
       const alice = newSigner();
       await addEndpoint(relay, url, [{ authors: [alice.pubkey], kinds: [1] }]);
-      const matching = Array.from({ length: 20 }, (_, i) => alice.signFast({ content: `hook ${i}` }));
-      const other = [alice.signFast({ kind: 7, content: '+' }), newSigner().signFast({ content: 'not hers' })];
+      const matching = Array.from({ length: 20 }, (_, i) => alice.sign({ content: `hook ${i}` }));
+      const other = [alice.sign({ kind: 7, content: '+' }), newSigner().sign({ content: 'not hers' })];
       await publishAll(client, [...matching, ...other]);
       await until(() => receiver.received.length >= 20, 'every delivery');
       await new Promise((r) => setTimeout(r, 300));
@@ -120,7 +120,7 @@ describe('webhook delivery', () => {
     try {
       const bob = newSigner();
       await addEndpoint(relay, url, [{ authors: [bob.pubkey] }]);
-      const events = Array.from({ length: 30 }, (_, i) => bob.signFast({ content: `flaky ${i}` }));
+      const events = Array.from({ length: 30 }, (_, i) => bob.sign({ content: `flaky ${i}` }));
       await publishAll(client, events);
       await until(() => new Set(receiver.events()).size >= 30, 'every event despite failures', 25_000);
       expect([...new Set(receiver.events())].sort()).toEqual(sortedIds(events));
@@ -143,7 +143,7 @@ describe('webhook delivery', () => {
       const carol = newSigner();
       const id = await addEndpoint(relay, url, [{ authors: [carol.pubkey] }], 10);
       await changeEndpoints(relay.db.pool, async (c) => c.query('UPDATE webhook_endpoints SET paused = true WHERE id = $1', [id]));
-      const events = Array.from({ length: 25 }, (_, i) => carol.signFast({ content: `batch ${i}` }));
+      const events = Array.from({ length: 25 }, (_, i) => carol.sign({ content: `batch ${i}` }));
       await publishAll(client, events); // queued while paused, so they leave together
       await changeEndpoints(relay.db.pool, async (c) => c.query('UPDATE webhook_endpoints SET paused = false WHERE id = $1', [id]));
       await until(() => receiver.events().length >= 25, 'the batches');
@@ -161,10 +161,10 @@ describe('webhook delivery', () => {
     try {
       const gus = newSigner();
       await addEndpoint(relay, url, [{ authors: [gus.pubkey], kinds: [5, 20001] }]);
-      const note = gus.signFast({ content: 'to be deleted' }); // kind 1: not for this endpoint
+      const note = gus.sign({ content: 'to be deleted' }); // kind 1: not for this endpoint
       await publishAll(client, [note]); // this batch also loads the new endpoint
-      const ephemeral = gus.signFast({ kind: 20001, content: 'typing…' });
-      const deletion = gus.signFast({ kind: 5, tags: [['e', note.id]] });
+      const ephemeral = gus.sign({ kind: 20001, content: 'typing…' });
+      const deletion = gus.sign({ kind: 5, tags: [['e', note.id]] });
       await publishAll(client, [ephemeral, deletion]);
       await until(() => receiver.received.length >= 2, 'both deliveries');
       expect(receiver.events().sort()).toEqual(sortedIds([ephemeral, deletion]));
@@ -188,7 +188,7 @@ describe('webhook delivery', () => {
     try {
       const dan = newSigner();
       await addEndpoint(relay, url, [{ authors: [dan.pubkey] }]);
-      await publishAll(client, [dan.signFast({ content: 'later' })]);
+      await publishAll(client, [dan.sign({ content: 'later' })]);
       await until(() => receiver.received.length === 1, 'the retried delivery', 10_000);
       expect(times[1] - times[0]).toBeGreaterThanOrEqual(1900);
     } finally {
@@ -210,7 +210,7 @@ describe('webhook delivery limits', () => {
     try {
       const erin = newSigner();
       await addEndpoint(relay, url, [{ authors: [erin.pubkey] }]);
-      await publishAll(client, [erin.signFast({ content: 'never taken' })]);
+      await publishAll(client, [erin.sign({ content: 'never taken' })]);
       await until(async () => (await relay.db.pool.query('SELECT 1 FROM webhook_deliveries WHERE dead')).rowCount === 1, 'a dead delivery', 15_000);
       const { rows } = await relay.db.pool.query('SELECT last_error, attempts FROM webhook_deliveries');
       expect(rows[0].last_error).toBe('HTTP 500');
@@ -236,14 +236,14 @@ describe('webhook delivery limits', () => {
       const [gina, hal] = [newSigner(), newSigner()];
       await addEndpoint(relay, downUrl, [{ authors: [gina.pubkey] }]);
       await addEndpoint(relay, upUrl, [{ authors: [hal.pubkey] }]);
-      const refused = Array.from({ length: 12 }, (_, i) => gina.signFast({ content: `down ${i}` }));
+      const refused = Array.from({ length: 12 }, (_, i) => gina.sign({ content: `down ${i}` }));
       await publishAll(client, refused);
       await until(() => down.requests >= 10, 'ten failed attempts');
       const opened = Date.now();
       await new Promise((r) => setTimeout(r, 200));
       const requests = down.requests;
       // Without the circuit, the retries (due after 0.5–1 s, then 1–2 s) would reach the receiver now.
-      const served = Array.from({ length: 5 }, (_, i) => hal.signFast({ content: `up ${i}` }));
+      const served = Array.from({ length: 5 }, (_, i) => hal.sign({ content: `up ${i}` }));
       await publishAll(client, served);
       await until(() => up.received.length === 5, 'the healthy endpoint, served meanwhile');
       await new Promise((r) => setTimeout(r, 3000 - (Date.now() - opened)));
@@ -271,7 +271,7 @@ describe('webhook delivery limits', () => {
     try {
       const frank = newSigner();
       await addEndpoint(a, url, [{ authors: [frank.pubkey] }]);
-      const events = Array.from({ length: 200 }, (_, i) => frank.signFast({ content: `both ${i}` }));
+      const events = Array.from({ length: 200 }, (_, i) => frank.sign({ content: `both ${i}` }));
       await Promise.all([publishAll(ca, events.slice(0, 100)), publishAll(cb, events.slice(100))]);
       await until(() => receiver.received.length >= 200, 'every delivery');
       await new Promise((r) => setTimeout(r, 500));

@@ -1,4 +1,4 @@
-// Webhooks' outbox and queue (issue 15, first part) against the real relay and database: a delivery
+// Webhooks' outbox and queue against the real relay and database: a delivery
 // is enqueued with the event that matches an endpoint, in the event's transaction, once per endpoint;
 // endpoint changes take effect for the next batch; deliveries are claimed without overlap, come back
 // after their visibility timeout, and stay away once delivered, delayed, dead or paused.
@@ -77,7 +77,7 @@ describe('webhook queue', () => {
     await pool().query('DELETE FROM webhook_deliveries');
     const dave = newSigner();
     const id = await addEndpoint([{ authors: [dave.pubkey] }]);
-    const events = Array.from({ length: 60 }, (_, i) => dave.signFast({ content: `q${i}` }));
+    const events = Array.from({ length: 60 }, (_, i) => dave.sign({ content: `q${i}` }));
     await publishAll(...events);
     const [x, y] = await Promise.all([claimDeliveries(pool(), 40, 60_000), claimDeliveries(pool(), 40, 60_000)]);
     const claimed = [...x, ...y].map((d) => d.eventId);

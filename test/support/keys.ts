@@ -18,8 +18,6 @@ export interface Signer {
    * for events that nostr-tools refuses to build (a number or null in a tag, for example).
    */
   signLoose(template: { kind: unknown; created_at: unknown; tags: unknown; content: unknown }): Record<string, unknown>;
-  /** The same as sign (which was once the slow one). */
-  signFast(template: Partial<Omit<NostrEvent, 'id' | 'sig' | 'pubkey'>>): NostrEvent;
 }
 
 export const now = () => Math.floor(Date.now() / 1000);
@@ -31,7 +29,6 @@ export function newSigner(): Signer {
     secretKey,
     pubkey,
     sign: (t) => signer.signLoose({ kind: t.kind ?? 1, created_at: t.created_at ?? now(), tags: t.tags ?? [], content: t.content ?? '' }) as unknown as NostrEvent,
-    signFast: (t) => signer.sign(t),
     signIndependent: (t) => {
       const e = finalizeEvent({ kind: t.kind ?? 1, created_at: t.created_at ?? now(), tags: t.tags ?? [], content: t.content ?? '' }, secretKey);
       return { id: e.id, pubkey: e.pubkey, created_at: e.created_at, kind: e.kind, tags: e.tags, content: e.content, sig: e.sig };
