@@ -171,6 +171,28 @@ const ingest = section('Ingest pipeline', undefined, {
   ),
 });
 
+const plugins = section(
+  'Write-policy plugin and router',
+  'strfry\'s write-policy plugins and router, run unchanged (docs/mesh.md).',
+  {
+    WRITE_POLICY_PLUGIN: documented(
+      optionalText,
+      'A strfry write-policy plugin: a program that reads one JSON request per event on stdin and answers `accept`, `reject` or `shadowReject` on stdout. A path, or a shell command when it contains spaces. Every event that passed the relay\'s own checks goes through it, from clients, `import`, `sync` and the router; one long-lived child per relay process, restarted when it exits or when the file changes.',
+      { example: '/etc/pgrelay/whitelist.js' },
+    ),
+    WRITE_POLICY_TIMEOUT_MS: documented(
+      int(100).default(5000),
+      'How long an event may wait for the plugin\'s answer; past it the event is answered `OK false "error: …"` and the plugin is restarted.',
+      { unit: 'ms', example: '2000' },
+    ),
+    ROUTER_CONFIG: documented(
+      optionalText,
+      'A router configuration (JSON, or strfry\'s router file as is): streams of events to and from other relays, run by this relay process. `npm run cli -- router <file>` runs the same streams as a process of its own instead.',
+      { example: '/etc/pgrelay/router.conf' },
+    ),
+  },
+);
+
 const maintenance = section('Connections and maintenance', undefined, {
   MAX_BUFFERED_BYTES: documented(int(1024).default(8 * 1024 * 1024), 'A client whose unsent output exceeds this is disconnected as too slow.', { unit: 'bytes', example: '33554432' }),
   EXPIRY_SWEEP_SECONDS: documented(int(1).default(60), 'How often expired (NIP-40) events are deleted; they are never served once expired.', { unit: 'seconds', example: '300' }),
@@ -273,7 +295,7 @@ const hotTier = section('Hot tier', 'The newest events in memory, with the index
 });
 
 /** Every variable, in the order the manual lists them. */
-export const configSections: ConfigSection[] = [server, database, nip11, limits, negentropy, webhooks, ingest, maintenance, internet, console_, scaleOut, hotTier];
+export const configSections: ConfigSection[] = [server, database, nip11, limits, negentropy, webhooks, ingest, plugins, maintenance, internet, console_, scaleOut, hotTier];
 
 export const configSchema = z.object({
   ...server.fields,
@@ -283,6 +305,7 @@ export const configSchema = z.object({
   ...negentropy.fields,
   ...webhooks.fields,
   ...ingest.fields,
+  ...plugins.fields,
   ...maintenance.fields,
   ...internet.fields,
   ...console_.fields,
