@@ -33,6 +33,8 @@ options:
   --modes a,b           batched,unbatched (default both)
   --workers N|auto      WORKERS for the relay process (default 1; its cluster workers are counted in
                         its CPU, RSS and mean batch)
+  --plugin COMMAND      WRITE_POLICY_PLUGIN for the relay (e.g. bench/plugins/accept-all.js): every
+                        event goes through it; its CPU is counted in the relay's and shown apart
   --url ws://…          publish to a relay already running instead (no CPU/RSS/batch figures)
   --out DIR             output folder (default bench-out/ingest)`;
 
@@ -49,6 +51,8 @@ interface RunResult {
   postgresCpuPercent: number;
   peakRssMb: number;
   meanBatch: number;
+  /** CPU of the write-policy plugin's process (also counted in relayCpuPercent: it is the relay's child). */
+  pluginCpuPercent: number;
 }
 
 /** Signs with libsecp256k1 (fast), not timed. Each publisher signs with its own key. */
@@ -99,8 +103,9 @@ function peakRssMb(pid: number): number {
   }, 0);
 }
 
-/** Main-thread CPU seconds of the relay process and each cluster worker (their event loops). */
-const mainThreadsCpuSeconds = (pid: number) => relayPids(pid).reduce((sum, p) => sum + (mainThreadCpuSeconds(p) ?? NaN), 0);
+/** Main-thread CPU seconds of the relay process and each cluster worker (their event loops), not of other children (a plugin). */
+const mainThreadsCpuSeconds = (pid: number, others: number[] = []) =>
+  relayPids(pid).filter((p) => !others.includes(p)).reduce((sum, p) => sum + (mainThreadCpuSeconds(p) ?? NaN), 0);
 
 async function publish(relay: RelayProcess, events: NostrEvent[], publishers: number, window: number, rate?: number) {
   const sockets = await Promise.all(
@@ -155,23 +160,29 @@ async function publish(relay: RelayProcess, events: NostrEvent[], publishers: nu
   return { seconds, accepted, refused, ok: summarize(latencies) };
 }
 
-async function runMode(mode: string, events: NostrEvent[], o: { publishers: number; window: number; rate?: number; url?: string; workers: string }): Promise<RunResult> {
+/** The write-policy plugins' pids, as the relay logs them when it starts one. */
+const pluginPids = (relay: RelayProcess) => relay.logs.flatMap((l) => (l.msg === 'write policy plugin started' && typeof l.pid === 'number' ? [l.pid] : []));
+
+async function runMode(mode: string, events: NostrEvent[], o: { publishers: number; window: number; rate?: number; url?: string; workers: string; plugin?: string }): Promise<RunResult> {
   if (o.url) {
     const r = await publish({ url: o.url } as RelayProcess, events, o.publishers, o.window, o.rate);
-    return { mode: 'external', events: events.length, accepted: r.accepted, refused: r.refused, seconds: r.seconds, eventsPerSecond: r.accepted / r.seconds, ok: r.ok, relayCpuPercent: NaN, mainThreadCpuPercent: NaN, postgresCpuPercent: NaN, peakRssMb: NaN, meanBatch: NaN };
+    return { mode: 'external', events: events.length, accepted: r.accepted, refused: r.refused, seconds: r.seconds, eventsPerSecond: r.accepted / r.seconds, ok: r.ok, relayCpuPercent: NaN, mainThreadCpuPercent: NaN, postgresCpuPercent: NaN, peakRssMb: NaN, meanBatch: NaN, pluginCpuPercent: NaN };
   }
   const dataDir = await mkdtemp(path.join(tmpdir(), 'pgrelay-ingest-'));
   const relay = await startRelayProcess({
     DATA_DIR: dataDir, WORKERS: o.workers, WRITE_BATCH_SIZE: mode === 'batched' ? '500' : '1', MAX_PENDING_EVENTS: '100000', WRITE_QUEUE_MAX: '100000',
+    ...(o.plugin && { WRITE_POLICY_PLUGIN: o.plugin }),
   });
   try {
     const cpu = (pid: number) => cpuSeconds(pid) ?? 0;
     const cpu0 = relaysCpuSeconds([relay.pid]);
-    const main0 = mainThreadsCpuSeconds(relay.pid);
+    const main0 = mainThreadsCpuSeconds(relay.pid, pluginPids(relay));
     const pg0 = new Map(postgresPids(dataDir).map((p) => [p, cpu(p)]));
+    const plugin0 = new Map(pluginPids(relay).map((p) => [p, cpu(p)]));
     const r = await publish(relay, events, o.publishers, o.window, o.rate);
+    const pluginCpu = pluginPids(relay).reduce((sum, p) => sum + cpu(p) - (plugin0.get(p) ?? 0), 0);
     const relayCpu = relaysCpuSeconds([relay.pid]) - cpu0;
-    const mainCpu = mainThreadsCpuSeconds(relay.pid) - main0;
+    const mainCpu = mainThreadsCpuSeconds(relay.pid, pluginPids(relay)) - main0;
     // This run's PostgreSQL: backends that started during the run count from zero, those that ended
     // are not counted.
     const pgCpu = postgresPids(dataDir).reduce((sum, p) => sum + cpu(p) - (pg0.get(p) ?? 0), 0);
@@ -193,6 +204,7 @@ async function runMode(mode: string, events: NostrEvent[], o: { publishers: numb
       postgresCpuPercent: (pgCpu / r.seconds) * 100,
       peakRssMb: rss,
       meanBatch: batches ? writers.reduce((sum, w) => sum + w.events, 0) / batches : NaN,
+      pluginCpuPercent: o.plugin ? (pluginCpu / r.seconds) * 100 : NaN,
     };
   } finally {
     await relay.stop();
@@ -229,6 +241,7 @@ async function main(): Promise<void> {
       workers: { type: 'string', default: '1' },
       out: { type: 'string', default: 'bench-out/ingest' },
       url: { type: 'string' },
+      plugin: { type: 'string' },
       help: { type: 'boolean', default: false },
     },
   });
@@ -238,7 +251,9 @@ async function main(): Promise<void> {
   const publishers = Number(values.publishers);
   const workers = values.workers!;
   if (!/^(auto|[1-9]\d*)$/.test(workers)) throw new Error(`--workers must be a positive integer or auto, got ${workers}`);
-  const o = { publishers, window: Number(values.window), rate: values.rate ? Number(values.rate) : undefined, url: values.url, workers };
+  // A plugin given as a path is started by the relay from its own working directory: made absolute.
+  const plugin = values.plugin && !values.plugin.includes(' ') ? path.resolve(values.plugin) : values.plugin;
+  const o = { publishers, window: Number(values.window), rate: values.rate ? Number(values.rate) : undefined, url: values.url, workers, plugin };
   if (values.text !== 'random' && values.text !== 'words') throw new Error(`--text must be random or words, got ${values.text}`);
   const all = await loadOrSign(outDir, Number(values.events), Number(values.size), publishers, values.text);
   const speed = verificationsPerSecond(all);
@@ -248,11 +263,12 @@ async function main(): Promise<void> {
     const events = mode === 'unbatched' ? all.slice(0, Number(values['unbatched-events'])) : all;
     console.error(`${mode}: ${events.length} events from ${publishers} publishers${o.rate ? ` at ${o.rate}/s` : `, ${o.window} in flight each`}…`);
     const r = await runMode(mode, events, o);
+    if (plugin) r.mode += ' + plugin';
     results.push(r);
     console.error(`  ${Math.round(r.eventsPerSecond)} events/s accepted, OK p50 ${ms(r.ok.p50)} p95 ${ms(r.ok.p95)} p99 ${ms(r.ok.p99)} ms, mean batch ${r.meanBatch.toFixed(1)}`);
   }
   const table = [
-    `${os.cpus().length} cores (${os.cpus()[0]?.model ?? 'CPU'}) · ${o.url ? 'a relay already running' : `WORKERS=${workers}`} · ${publishers} publishers · ${values.size}-byte events, id + BIP-340 verified · ${o.rate ? `open loop at ${o.rate} events/s` : `closed loop, ${o.window} in flight per publisher`} · machine speed before the runs: ${speed.toLocaleString('en-US')} BIP-340 verifications/s on one core`,
+    `${os.cpus().length} cores (${os.cpus()[0]?.model ?? 'CPU'}) · ${o.url ? 'a relay already running' : `WORKERS=${workers}`}${plugin ? ` · WRITE_POLICY_PLUGIN=${values.plugin}` : ''} · load average ${os.loadavg()[0].toFixed(2)} at the end · ${publishers} publishers · ${values.size}-byte events, id + BIP-340 verified · ${o.rate ? `open loop at ${o.rate} events/s` : `closed loop, ${o.window} in flight per publisher`} · machine speed before the runs: ${speed.toLocaleString('en-US')} BIP-340 verifications/s on one core`,
     '',
     '| mode | events | accepted/s | OK p50 | OK p95 | OK p99 | mean batch | relay CPU (main thread) | relay µs/event (main thread) | PostgreSQL CPU | relay peak RSS | refused |',
     '|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|',
@@ -260,6 +276,7 @@ async function main(): Promise<void> {
       `| ${r.mode} | ${r.events} | ${Math.round(r.eventsPerSecond)} | ${ms(r.ok.p50)} ms | ${ms(r.ok.p95)} ms | ${ms(r.ok.p99)} ms | ${r.meanBatch.toFixed(1)} | ${Math.round(r.relayCpuPercent)} % (${Math.round(r.mainThreadCpuPercent)} %) | ${perEvent(r, r.relayCpuPercent)} (${perEvent(r, r.mainThreadCpuPercent)}) | ${Math.round(r.postgresCpuPercent)} % | ${Math.round(r.peakRssMb)} MB | ${Object.entries(r.refused).map(([k, v]) => `${k}: ${v}`).join(', ') || '–'} |`),
     '',
     'CPU is the share of one core (200 % = both cores busy); the relay\'s main thread is in brackets, the rest is mostly the signature workers.',
+    ...(plugin ? [`The write-policy plugin's process used ${results.map((r) => `${Math.round(r.pluginCpuPercent)} %`).join(', ')} (counted in the relay's CPU, as its child).`] : []),
   ].join('\n');
   await writeFile(path.join(outDir, `results${o.rate ? `-rate${o.rate}` : ''}.md`), table + '\n');
   await writeFile(path.join(outDir, `results${o.rate ? `-rate${o.rate}` : ''}.json`), JSON.stringify(results, null, 2));

@@ -151,6 +151,11 @@ const webhooks = section(
     WEBHOOK_DELIVERY: documented(bool.default(true), 'Whether this process delivers from the shared queue. Events are queued either way: another process, or a later start, delivers them.', { example: 'false' }),
     WEBHOOK_CONCURRENCY: documented(int(1, 256).default(8), 'Requests in flight per endpoint (kept-alive connections).', { unit: 'requests', example: '2' }),
     WEBHOOK_TIMEOUT_MS: documented(int(100).default(10_000), 'How long one POST may take before it counts as failed.', { unit: 'ms', example: '5000' }),
+    WEBHOOK_LEASE_MS: documented(
+      int(1000, 600_000).default(10_000),
+      'How long a claimed delivery stays hidden from the other processes unless renewed; the claimer renews it every third of this while its request runs. A process that dies leaves its claims to come back after at most this long; a renewal held up by two thirds of it (a stalled event loop or database) lets another process send them again.',
+      { unit: 'ms', example: '30000' },
+    ),
     WEBHOOK_MAX_AGE_SECONDS: documented(
       int(1).default(86_400),
       'A delivery still failing this long after its event was stored is marked dead: kept, listed by `webhook deliveries <id> --dead`, tried again by `webhook redeliver <id>`.',

@@ -197,7 +197,24 @@
     renderLatency('latency-req', latency.req);
     renderLatency('latency-ok', latency.ok);
     renderKinds(Array.isArray(s.kinds) ? s.kinds : []);
+    renderPlugin(s.writePlugin);
     updateCharts();
+  }
+
+  // The write-policy plugin: only sent when one is configured.
+  function renderPlugin(p) {
+    var card = $('plugin');
+    card.hidden = !p;
+    if (!p) return;
+    var state = p.running ? 'running' + (isNumber(p.pid) ? ' (pid ' + p.pid + ')' : '') : 'not running';
+    var pairs = [
+      ['Command', String(p.command)],
+      ['State', state],
+      ['Events awaiting it', fmtCount(p.inFlight)],
+      ['Restarts', fmtCount(p.restarts)],
+    ];
+    if (typeof p.lastError === 'string') pairs.push(['Last error', p.lastError]);
+    fillPairs($('plugin-state'), pairs);
   }
 
   function renderLatency(rowId, l) {

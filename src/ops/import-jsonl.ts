@@ -1,5 +1,6 @@
 // import: events as JSONL (strfry's import/export format: one event JSON per line), checked like an
-// EVENT message (shape, policy, id and signature on the verifier's worker threads) and written in
+// EVENT message (shape, policy, id and signature on the verifier's worker threads, then the
+// write-policy plugin when one is configured, many events in flight to it at once) and written in
 // batches by the bulk path (bulk-load.ts: the relay's own rules and locks, rows by COPY). A bad line
 // is counted and reported with its number and never stops the import. Reading, verifying and writing
 // overlap: while two batches are written, the next ones are read and verified.
@@ -14,6 +15,7 @@ import { checkWrite, type Policy } from '../policy/policy.js';
 import { importSession } from '../policy/session.js';
 import { prepareEvent } from '../store/prepared-event.js';
 import { bulkOptions } from './bulk-load.js';
+import { askPlugin, type ImportPlugin, type PluginRefusal } from './import-plugin.js';
 import { countReason, emptyCounts, ImportWriter, type ImportCounts, type ImportItem } from './import-batch.js';
 import { noProgress, type Progress } from './progress.js';
 
@@ -24,6 +26,8 @@ export interface ImportJsonlOptions {
   policy: Policy;
   /** Checks signatures (ids are always recomputed). Without it, signatures are trusted. */
   verifier?: SignatureVerifier;
+  /** WRITE_POLICY_PLUGIN: asked about every event that passed the checks (ops/import-plugin.ts). */
+  plugin?: ImportPlugin;
   /** Events per write transaction. */
   batchSize?: number;
   /** Told about every refused line: invalid ones and those the relay rules refuse. */
@@ -47,6 +51,8 @@ interface Candidate {
   event: NostrEvent;
   /** The verifier's verdict: an `invalid:` reason, or undefined. */
   verdict: Promise<string | undefined> | string | undefined;
+  /** The write-policy plugin's, asked once the verifier's passed. */
+  plugin: Promise<PluginRefusal | undefined> | undefined;
 }
 
 const nowSeconds = () => Math.floor(Date.now() / 1000);
@@ -96,8 +102,10 @@ export async function importJsonl(pool: pg.Pool, input: Readable, options: Impor
     const items: ImportItem<number>[] = [];
     for (const c of batch) {
       const invalid = await c.verdict;
+      const refusal = c.plugin && (await c.plugin);
       if (invalid) refuse(c.line, 'invalid', invalid);
       else if (isEphemeral(c.event.kind)) refuse(c.line, 'rejected', EPHEMERAL_NOT_STORED);
+      else if (refusal) refuse(c.line, refusal.kind, refusal.reason);
       else items.push({ prepared: prepareEvent(c.event), ref: c.line });
     }
     while (writing.length >= WRITES_IN_FLIGHT) await writing.shift();
@@ -139,7 +147,10 @@ export async function importJsonl(pool: pg.Pool, input: Readable, options: Impor
           ? undefined
           : ID_MISMATCH;
       if (verdict instanceof Promise) verdict.catch(() => undefined); // awaited in writeInOrder
-      batch.push({ line: lineNo, event, verdict });
+      // Asked as soon as the signature passes, so the plugin works through the batches read ahead.
+      const plugin = options.plugin && !isEphemeral(event.kind) ? askPlugin(options.plugin, event, verdict) : undefined;
+      plugin?.catch(() => undefined); // awaited in writeInOrder
+      batch.push({ line: lineNo, event, verdict, plugin });
       if (batch.length >= batchSize) {
         await enqueue(batch);
         batch = [];

@@ -7,49 +7,44 @@
 // EVENT, a bounded window awaiting their OK (it shrinks and waits on rate-limited:). A reconciliation
 // the remote rate-limits (NEG-ERR rate-limited:) goes on after a pause in a new session, from the last
 // message (the responder keeps no state between messages). Every wait has a timeout. No NIP-42 AUTH:
-// a remote that requires it answers auth-required:, which ends the command.
-import { randomBytes } from 'node:crypto';
+// a remote that requires it answers auth-required:, which ends the command. The connection, the
+// negentropy rounds and fetching by id live in relay-client.ts, shared with the router.
 import { PassThrough } from 'node:stream';
 import type pg from 'pg';
-import WebSocket from 'ws';
 import { parseFilter, type Filter } from '../nostr/filter.js';
-import { NegentropyError, NegentropyInitiator, type NegentropySet } from '../nostr/negentropy.js';
 import type { SignatureVerifier } from '../nostr/verifier.js';
 import type { Policy } from '../policy/policy.js';
+import type { WritePlugin } from '../policy/write-plugin.js';
 import { readNegentropySet } from '../store/negentropy.js';
 import { needsPreparing, prepareSearch } from '../store/search.js';
 import { importJsonl } from './import-jsonl.js';
 import { noProgress, type Progress } from './progress.js';
+import {
+  ENVELOPE_ROOM,
+  fetchByIds,
+  fetchRelayInformation,
+  frameSizeFor,
+  MAX_BACKOFF_MS,
+  MIN_FRAME_SIZE,
+  positiveInt,
+  RATE_LIMIT_RETRIES,
+  reconcile,
+  RemoteError as SyncError,
+  RemoteRelay,
+} from './relay-client.js';
+
+export { DEFAULT_FRAME_SIZE, fetchRelayInformation, frameSizeFor, MIN_FRAME_SIZE, type RelayInformation } from './relay-client.js';
+/** A failure that ends the command with a message for the operator (exit code 1): the remote's. */
+export { SyncError };
 
 export type SyncDirection = 'down' | 'up' | 'both';
 export type SyncPhase = 'reconcile' | 'download' | 'upload';
 
-/** Our frame size limit when the remote announces no max_message_length (NIP-77's suggestion). */
-export const DEFAULT_FRAME_SIZE = 60_000;
-/** The smallest limit the initiator accepts (nostr/negentropy.ts). */
-export const MIN_FRAME_SIZE = 4096;
-/** A message's size in bytes is twice its frame (hex) plus the JSON around it; this leaves room for that. */
-const ENVELOPE_ROOM = 512;
-/** Frames past this gain little (a round costs one round trip either way) and a remote may cut off large frames. */
-const MAX_FRAME_SIZE = 500_000;
 /** The most local records read into memory (ids come back as one hex string: V8 caps strings near 512 MiB). */
 export const DEFAULT_MAX_LOCAL_RECORDS = 5_000_000;
-/** Times an event or a REQ refused with rate-limited: is sent again. */
-const RATE_LIMIT_RETRIES = 8;
 const FIRST_WINDOW = 16;
 const FIRST_THRESHOLD = 64;
 const FIRST_BACKOFF_MS = 500;
-/** The first wait before going on with a reconciliation the remote rate-limited (NEG-ERR rate-limited:). */
-const FIRST_RESUME_MS = 1000;
-const MAX_BACKOFF_MS = 10_000;
-
-/** A failure that ends the command with a message for the operator (exit code 1). */
-export class SyncError extends Error {
-  constructor(message: string) {
-    super(message);
-    this.name = 'SyncError';
-  }
-}
 
 export interface SyncOptions {
   /** ws:// or wss:// */
@@ -74,6 +69,8 @@ export interface SyncOptions {
   policy: Policy;
   /** Checks downloaded events' signatures; without it they are trusted (ids are still recomputed). */
   verifier?: SignatureVerifier;
+  /** WRITE_POLICY_PLUGIN: asked about every downloaded event that passed the checks (sourceType Sync, the remote's URL). */
+  plugin?: WritePlugin;
   /** Events per write transaction for downloaded events. */
   importBatchSize?: number;
   progress?: (phase: SyncPhase) => Progress;
@@ -153,236 +150,11 @@ export interface SyncResult {
   seconds: number;
 }
 
-export interface RelayInformation {
-  supported_nips?: unknown;
-  limitation?: { max_message_length?: unknown; max_limit?: unknown; auth_required?: unknown };
-}
-
-/** The remote's NIP-11 document, or undefined when it has none (or does not answer in time). */
-export async function fetchRelayInformation(url: string, timeoutMs: number): Promise<RelayInformation | undefined> {
-  const http = url.replace(/^ws(s?):\/\//i, 'http$1://');
-  try {
-    const res = await fetch(http, { headers: { Accept: 'application/nostr+json' }, signal: AbortSignal.timeout(timeoutMs) });
-    if (!res.ok) return undefined;
-    const doc: unknown = await res.json();
-    return typeof doc === 'object' && doc !== null && !Array.isArray(doc) ? (doc as RelayInformation) : undefined;
-  } catch {
-    return undefined;
-  }
-}
-
-const positiveInt = (v: unknown): number | undefined => (typeof v === 'number' && Number.isSafeInteger(v) && v > 0 ? v : undefined);
-
-/** Our frame size limit for a remote taking messages of up to `maxMessageLength` bytes: hex doubles a frame. */
-export function frameSizeFor(maxMessageLength: number | undefined): number {
-  if (maxMessageLength === undefined) return DEFAULT_FRAME_SIZE;
-  return Math.min(MAX_FRAME_SIZE, Math.max(MIN_FRAME_SIZE, Math.floor((maxMessageLength - ENVELOPE_ROOM) / 2)));
-}
-
 /** The filter for our own records: the relay's meaning, with no limit unless the filter has one. */
 export function localFilter(input: Record<string, unknown>, maxRecords: number): Filter {
   const parsed = parseFilter(input, { maxValuesPerArray: Number.MAX_SAFE_INTEGER, defaultLimit: maxRecords + 1, maxLimit: maxRecords + 1 });
   if (!parsed.ok) throw new SyncError(`--filter: ${parsed.reason}`);
   return parsed.value;
-}
-
-type Message = unknown[];
-
-/** One WebSocket to the remote: parsed messages to listeners, payload bytes counted, waits with timeouts. */
-class RemoteRelay {
-  bytesSent = 0;
-  bytesReceived = 0;
-  /** Set once the connection is gone, with why. */
-  ended: SyncError | undefined;
-  private readonly listeners = new Set<(m: Message) => void>();
-  private readonly endListeners = new Set<(err: SyncError) => void>();
-
-  private constructor(private readonly ws: WebSocket) {
-    ws.on('message', (data: Buffer | ArrayBuffer | Buffer[], isBinary: boolean) => {
-      const buf = Array.isArray(data) ? Buffer.concat(data) : Buffer.isBuffer(data) ? data : Buffer.from(data);
-      this.bytesReceived += buf.length;
-      if (isBinary) return;
-      let m: unknown;
-      try {
-        m = JSON.parse(buf.toString('utf8'));
-      } catch {
-        return;
-      }
-      if (!Array.isArray(m)) return;
-      for (const listener of [...this.listeners]) listener(m);
-    });
-    ws.on('close', (code, why) => this.end(new SyncError(`the remote closed the connection (code ${code}${why.length ? `: ${why.toString()}` : ''})`)));
-    ws.on('error', (err) => this.end(new SyncError(`connection error: ${err.message}`)));
-  }
-
-  static connect(url: string, timeoutMs: number): Promise<RemoteRelay> {
-    return new Promise((resolve, reject) => {
-      let ws: WebSocket;
-      try {
-        ws = new WebSocket(url, { handshakeTimeout: timeoutMs, maxPayload: 256 * 1024 * 1024 });
-      } catch (err) {
-        return reject(new SyncError(`cannot connect to ${url}: ${(err as Error).message}`));
-      }
-      const failed = (err: Error) => reject(new SyncError(`cannot connect to ${url}: ${err.message}`));
-      ws.on('error', failed);
-      ws.once('open', () => {
-        ws.off('error', failed);
-        resolve(new RemoteRelay(ws));
-      });
-    });
-  }
-
-  private end(err: SyncError): void {
-    if (this.ended) return;
-    this.ended = err;
-    for (const listener of [...this.endListeners]) listener(err);
-  }
-
-  send(message: Message | string): void {
-    if (this.ended) return;
-    const text = typeof message === 'string' ? message : JSON.stringify(message);
-    this.bytesSent += Buffer.byteLength(text);
-    this.ws.send(text);
-  }
-
-  listen(listener: (m: Message) => void): () => void {
-    this.listeners.add(listener);
-    return () => this.listeners.delete(listener);
-  }
-
-  onEnd(listener: (err: SyncError) => void): () => void {
-    this.endListeners.add(listener);
-    return () => this.endListeners.delete(listener);
-  }
-
-  /** The first value `pick` returns for a message from now on; rejects on timeout or when the connection ends. */
-  next<T>(pick: (m: Message) => T | undefined, timeoutMs: number, what: string): Promise<T> {
-    return new Promise<T>((resolve, reject) => {
-      if (this.ended) return reject(this.ended);
-      const finish = (err: Error | undefined, value?: T) => {
-        clearTimeout(timer);
-        off();
-        offEnd();
-        if (err) reject(err);
-        else resolve(value as T);
-      };
-      const timer = setTimeout(() => finish(new SyncError(`no ${what} from the remote within ${timeoutMs / 1000} s`)), timeoutMs);
-      const off = this.listen((m) => {
-        let value: T | undefined;
-        try {
-          value = pick(m);
-        } catch (err) {
-          return finish(err as Error);
-        }
-        if (value !== undefined) finish(undefined, value);
-      });
-      const offEnd = this.onEnd((err) => finish(err));
-    });
-  }
-
-  /** Closes the connection, waiting (briefly) for the close handshake so the last frames go out. */
-  async close(): Promise<void> {
-    if (this.ws.readyState === WebSocket.CLOSED) return;
-    await new Promise<void>((resolve) => {
-      const timer = setTimeout(() => {
-        this.ws.terminate();
-        resolve();
-      }, 2000);
-      this.ws.once('close', () => {
-        clearTimeout(timer);
-        resolve();
-      });
-      this.ws.close(1000);
-    });
-  }
-}
-
-/** What a NEG-ERR / CLOSED reason means for the operator: the reason, and what to do about it. */
-function refusalMessage(answer: string, why: string): string {
-  const prefix = why.split(':')[0];
-  const head = `the remote answered ${answer}: ${why}`;
-  if (prefix === 'blocked')
-    return `${head}\nnarrow --filter so it matches fewer events (e.g. "since"/"until" for a time range, "kinds", "authors") and sync the pieces one by one`;
-  if (prefix === 'auth-required') return `${head}\nthe remote requires NIP-42 authentication, which sync does not support yet`;
-  if (prefix === 'rate-limited') return `${head}\ntry again later, or ask its operator to exempt this address from its rate limits`;
-  return head;
-}
-
-/** Runs the negentropy rounds; have/need are the ids settled over all of them. */
-async function reconcile(
-  remote: RemoteRelay,
-  set: NegentropySet,
-  filter: Record<string, unknown>,
-  frameSizeLimit: number,
-  timeoutMs: number,
-  progress: Progress,
-  signal: AbortSignal | undefined,
-): Promise<{ have: string[]; need: string[]; rounds: number; resumed: number }> {
-  const initiator = new NegentropyInitiator(set, frameSizeLimit);
-  const have: string[] = [];
-  const need: string[] = [];
-  let rounds = 0;
-  let resumed = 0;
-  let backoff = FIRST_RESUME_MS;
-  let subId = `sync-${randomBytes(6).toString('hex')}`;
-  let open = true;
-  // The last message sent: a responder keeps no state between messages, so a session the remote ended
-  // (rate-limited:) goes on where it stopped, in a new session opened with that message.
-  let last = initiator.initiate().toString('hex');
-  remote.send(['NEG-OPEN', subId, filter, last]);
-  try {
-    for (;;) {
-      const first = rounds === 0;
-      const reply = await remote.next(
-        (m) => {
-          if ((m[0] === 'NEG-MSG' || m[0] === 'NEG-ERR' || m[0] === 'CLOSED') && m[1] === subId) return m;
-          // A relay without NIP-77 answers an unknown message with a NOTICE (or not at all: the timeout).
-          if (first && m[0] === 'NOTICE') return m;
-          return undefined;
-        },
-        timeoutMs,
-        first ? 'answer to NEG-OPEN (does the remote support NIP-77 negentropy?)' : 'answer to NEG-MSG',
-      );
-      if (reply[0] === 'NOTICE') {
-        open = false;
-        throw new SyncError(`the remote answered NEG-OPEN with NOTICE ${JSON.stringify(reply[1])}: it does not seem to support NIP-77 negentropy sync`);
-      }
-      if (reply[0] === 'NEG-ERR' || reply[0] === 'CLOSED') {
-        open = false;
-        if (reply[0] === 'NEG-ERR' && String(reply[2]).startsWith('rate-limited:') && resumed < RATE_LIMIT_RETRIES && !signal?.aborted) {
-          await new Promise((r) => setTimeout(r, backoff));
-          backoff = Math.min(backoff * 2, MAX_BACKOFF_MS);
-          resumed++;
-          subId = `sync-${randomBytes(6).toString('hex')}`;
-          open = true;
-          remote.send(['NEG-OPEN', subId, filter, last]);
-          continue;
-        }
-        throw new SyncError(refusalMessage(`${reply[0]}${rounds ? ` after ${rounds} round${rounds === 1 ? '' : 's'}` : ''}`, String(reply[2])));
-      }
-      const hex = reply[2];
-      if (typeof hex !== 'string' || hex.length === 0 || !/^(?:[0-9a-fA-F]{2})+$/.test(hex)) throw new SyncError('the remote sent a NEG-MSG that is not hex');
-      rounds++;
-      let step: ReturnType<NegentropyInitiator['reconcile']>;
-      try {
-        step = initiator.reconcile(Buffer.from(hex, 'hex'));
-      } catch (err) {
-        if (err instanceof NegentropyError) throw new SyncError(`the remote's negentropy message is not usable: ${err.message}`);
-        throw err;
-      }
-      for (const id of step.have) have.push(id);
-      for (const id of step.need) need.push(id);
-      progress.update(rounds);
-      if (!step.next) break;
-      if (signal?.aborted) throw new SyncError('stopped during reconciliation: nothing was transferred');
-      last = step.next.toString('hex');
-      remote.send(['NEG-MSG', subId, last]);
-    }
-  } finally {
-    if (open) remote.send(['NEG-CLOSE', subId]);
-    progress.stop();
-  }
-  return { have, need, rounds, resumed };
 }
 
 function countInto(counts: Record<string, number>, key: string, n = 1): void {
@@ -428,86 +200,33 @@ async function download(ctx: DownloadContext): Promise<DownloadStats> {
   const importing = importJsonl(pool, input, {
     policy: options.policy,
     verifier: options.verifier,
+    plugin: options.plugin && { plugin: options.plugin, source: { type: 'Sync', info: options.url } },
     batchSize: options.importBatchSize ?? 2000,
     onRefused: (line, reason) => options.onRefused?.('download', lineIds[line - 1] ?? '?', reason),
   });
   importing.catch(() => undefined); // awaited below
   const drained = () => (input.writableNeedDrain ? new Promise<void>((r) => input.once('drain', r)) : Promise.resolve());
 
-  const pending = new Set(need); // not received yet
-  const lastFailure = new Map<string, string>(); // id → why its last REQ ended without it
-  let n = 0;
-
-  /** One REQ: resolves at EOSE, CLOSED, a quiet spell of timeoutMs, or the end of the connection. */
-  const request = (ids: string[]): Promise<{ received: number; closed?: string }> =>
-    new Promise((resolve) => {
-      const subId = `sync-get-${++n}`;
-      const wanted = new Set(ids);
-      let received = 0;
-      let ended = false;
-      const finish = (closed?: string, sendClose = true) => {
-        if (ended) return;
-        ended = true;
-        clearTimeout(timer);
-        off();
-        offEnd();
-        if (sendClose) remote.send(['CLOSE', subId]);
-        resolve({ received, closed });
-      };
-      const timer = setTimeout(() => finish(`no EOSE within ${ctx.timeoutMs / 1000} s`), ctx.timeoutMs);
-      const off = remote.listen((m) => {
-        if (m[1] !== subId) return;
-        if (m[0] === 'EVENT') {
-          timer.refresh();
-          const event = m[2] as { id?: unknown } | null;
-          const id = typeof event === 'object' && event !== null ? event.id : undefined;
-          if (typeof id !== 'string' || !wanted.delete(id) || !pending.delete(id)) {
-            stats.unrequested++;
-            return;
-          }
-          received++;
-          stats.received++;
-          lineIds.push(id);
-          input.write(JSON.stringify(event) + '\n');
-          report();
-        } else if (m[0] === 'EOSE') finish();
-        else if (m[0] === 'CLOSED') finish(String(m[2] ?? 'closed'), false);
-      });
-      const offEnd = remote.onEnd((err) => finish(err.message, false));
-      stats.requests++;
-      remote.send(['REQ', subId, { ids, limit: ids.length }]);
-    });
-
-  const chunks: string[][] = [];
-  for (let i = 0; i < need.length; i += ctx.perRequest) chunks.push(need.slice(i, i + ctx.perRequest));
-  const worker = async () => {
-    for (;;) {
-      if (remote.ended || options.signal?.aborted) return;
-      const chunk = chunks.shift();
-      if (!chunk) return;
-      let ids: string[] = chunk;
-      let delay = 1000;
-      for (let attempt = 0; ids.length > 0; attempt++) {
-        const { received, closed } = await request(ids);
-        const left: string[] = ids.filter((id) => pending.has(id));
-        if (closed) for (const id of left) lastFailure.set(id, closed);
-        if (left.length === 0 || remote.ended) break;
-        // A relay may cap results below what we asked for (its max_limit): ask again for the rest while
-        // that makes progress; wait and retry a rate-limited REQ a few times.
-        if (closed?.startsWith('rate-limited:') && attempt < RATE_LIMIT_RETRIES) {
-          await new Promise((r) => setTimeout(r, delay));
-          delay = Math.min(delay * 2, 10_000);
-        } else if (received === 0 || closed) break;
-        ids = left;
-      }
-      await drained();
-    }
-  };
+  let fetched: Awaited<ReturnType<typeof fetchByIds>>;
   try {
-    await Promise.all(Array.from({ length: Math.max(1, Math.min(ctx.requestsInFlight, chunks.length)) }, worker));
+    fetched = await fetchByIds(remote, need, {
+      perRequest: ctx.perRequest,
+      requestsInFlight: ctx.requestsInFlight,
+      timeoutMs: ctx.timeoutMs,
+      signal: options.signal,
+      onEvent: (event, id) => {
+        stats.received++;
+        lineIds.push(id);
+        input.write(JSON.stringify(event) + '\n');
+        report();
+      },
+      drained,
+    });
   } finally {
     input.end();
   }
+  stats.requests = fetched.requests;
+  stats.unrequested = fetched.unrequested;
   const imported = await importing;
   progress.update(stats.received);
   progress.stop();
@@ -515,11 +234,11 @@ async function download(ctx: DownloadContext): Promise<DownloadStats> {
   stats.duplicate = imported.duplicate;
   stats.rejected = imported.invalid + imported.rejected;
   stats.reasons = imported.reasons;
-  for (const id of pending) {
-    countInto(stats.missingReasons, lastFailure.get(id) ?? 'not sent (the REQ ended without it)');
+  for (const id of fetched.missing) {
+    countInto(stats.missingReasons, fetched.lastFailure.get(id) ?? 'not sent (the REQ ended without it)');
     if (stats.missingIds.length < 20) stats.missingIds.push(id);
   }
-  stats.missing = pending.size;
+  stats.missing = fetched.missing.size;
   stats.bytesReceived = remote.bytesReceived - bytesBefore;
   stats.seconds = (performance.now() - started) / 1000;
   return stats;

@@ -4,6 +4,7 @@ import type { Logger } from '../log.js';
 import type { SignatureVerifier } from '../nostr/verifier.js';
 import type { Limits } from '../policy/limits.js';
 import type { Policy } from '../policy/policy.js';
+import type { WritePlugin } from '../policy/write-plugin.js';
 import type { ChangeStream } from '../store/changes.js';
 import type { ChangeFeed } from '../store/feed.js';
 import type { HotTierService } from '../store/hot/service.js';
@@ -40,6 +41,11 @@ export interface RelayContext {
   metrics: RelayMetrics;
   /** Webhooks' outbox (store/outbox.ts): the writer's, also used for ephemeral events. */
   outbox: WebhookOutbox;
+  /**
+   * The operator's write-policy plugin (WRITE_POLICY_PLUGIN, policy/write-plugin.ts): one child per
+   * process, asked after the signature check; in-process writers (the router) ask the same one.
+   */
+  writePlugin: WritePlugin | undefined;
   /** NIP-77: records held by this process's negentropy sessions (NEGENTROPY_MAX_TOTAL_RECORDS). */
   negentropy: NegentropyBudget;
   closing: boolean;

@@ -1,12 +1,14 @@
 // The EVENT path: shape → write rules (with the connection's session) → id and signature (worker
-// pool) → group-committed write (or, for ephemeral kinds, nothing) → the reply. The writer announces
-// what it committed on the change stream, and an ephemeral event is announced here: fan-out listens
-// there and runs on the next turn, after the caller has sent OK.
+// pool) → the operator's write-policy plugin, if any → group-committed write (or, for ephemeral
+// kinds, nothing) → the reply. The writer announces what it committed on the change stream, and an
+// ephemeral event is announced here: fan-out listens there and runs on the next turn, after the
+// caller has sent OK.
 import { claimedId, parseEvent } from '../nostr/event.js';
 import { isEphemeral } from '../nostr/kinds.js';
 import * as reason from '../nostr/reason.js';
 import { checkWrite } from '../policy/policy.js';
 import type { Session } from '../policy/session.js';
+import { connectionSource, rejectionReason } from '../policy/write-plugin.js';
 import { prepareEvent } from '../store/prepared-event.js';
 import { withTransaction } from '../store/write.js';
 import { WriterBusyError } from '../store/writer.js';
@@ -29,6 +31,13 @@ export async function ingestEvent(ctx: RelayContext, session: Session, input: un
   if (refusal) return refuse(refusal);
   const invalid = await ctx.verifier.verify(event);
   if (invalid) return refuse(invalid);
+  // WRITE_POLICY_PLUGIN has the last word on what passed our checks. shadowReject: the client is told
+  // OK, and the event is neither stored nor passed on (fan-out, webhooks, the hot tier).
+  if (ctx.writePlugin) {
+    const verdict = await ctx.writePlugin.decide(event, connectionSource(session));
+    if (verdict.action === 'shadowReject') return { id: event.id, accepted: true, reason: '' };
+    if (verdict.action === 'reject') return refuse(rejectionReason(verdict.msg));
+  }
 
   const prepared = prepareEvent(event);
   if (isEphemeral(event.kind)) {

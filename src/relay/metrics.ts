@@ -4,6 +4,7 @@
 // are bounded (verbs, reply prefixes, a fixed list of kinds), so the series never grow with traffic.
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
 import { prefixOf } from '../nostr/reason.js';
+import type { PluginAction, WritePluginState } from '../policy/write-plugin.js';
 import type { PreparedEvent } from '../store/prepared-event.js';
 
 /** Kinds that get their own label on stored events; every other kind counts as "other". */
@@ -59,6 +60,8 @@ export interface GaugeSources {
   pool(): { total: number; idle: number; waiting: number };
   /** The hot tier (store/hot), when on. */
   hotTier(): { events: number; bytes: number; windowStart: number } | undefined;
+  /** The write-policy plugin (WRITE_POLICY_PLUGIN), when configured. */
+  writePlugin?(): WritePluginState;
 }
 
 export class RelayMetrics {
@@ -92,6 +95,9 @@ export class RelayMetrics {
   private readonly feedReads: Counter<'result'>;
   private readonly webhookDeliveries: Counter<'outcome'>;
   private readonly tierReqs: Counter<'answered'>;
+  private readonly pluginDecisions: Counter<'action'>;
+  private readonly pluginSeconds: Histogram;
+  private readonly pluginRestarts: Counter<'reason'>;
 
   constructor(sources: GaugeSources) {
     const registers = [this.registry];
@@ -140,6 +146,24 @@ export class RelayMetrics {
     });
     this.tierReqs = new Counter({ name: 'pgrelay_hot_tier_reqs_total', help: 'REQs by where their stored events came from: memory (the hot tier), database, or mixed', labelNames: ['answered'], registers });
     this.webhookDeliveries = new Counter({ name: 'pgrelay_webhook_deliveries_total', help: 'Webhook deliveries attempted by this process, by outcome (delivered, failed: to be retried, dead)', labelNames: ['outcome'], registers });
+    this.pluginDecisions = new Counter({
+      name: 'pgrelay_write_plugin_decisions_total',
+      help: 'Events decided by the write-policy plugin, by action (error: it failed, timed out, was not running or was too busy)',
+      labelNames: ['action'],
+      registers,
+    });
+    this.pluginSeconds = new Histogram({ name: 'pgrelay_write_plugin_seconds', help: 'Write-policy plugin round trip: event handed over to its answer', buckets: LATENCY_BUCKETS, registers });
+    this.pluginRestarts = new Counter({
+      name: 'pgrelay_write_plugin_restarts_total',
+      help: 'Write-policy plugin restarts, by reason: exit, timeout, reload (its file changed), spawn (it could not start)',
+      labelNames: ['reason'],
+      registers,
+    });
+    if (sources.writePlugin) {
+      const plugin = sources.writePlugin;
+      gauge('pgrelay_write_plugin_in_flight', 'Events awaiting the write-policy plugin (written to it or queued)', () => plugin().inFlight);
+      gauge('pgrelay_write_plugin_running', 'Whether the write-policy plugin is running (1) or not (0)', () => (plugin().running ? 1 : 0));
+    }
     gauge('pgrelay_db_pool_connections', 'Connections in the database pool', () => sources.pool().total);
     gauge('pgrelay_db_pool_idle', 'Idle connections in the database pool', () => sources.pool().idle);
     gauge('pgrelay_db_pool_in_use', 'Database pool connections running a query or transaction', () => sources.pool().total - sources.pool().idle);
@@ -215,6 +239,16 @@ export class RelayMetrics {
   /** Where a REQ's stored events came from (the hot tier's planner). */
   tierReq(answered: 'memory' | 'database' | 'mixed'): void {
     this.tierReqs.inc({ answered });
+  }
+
+  /** The write-policy plugin decided an event (or a fault did: error); answers are timed. */
+  pluginDecision(action: PluginAction | 'error', seconds: number): void {
+    this.pluginDecisions.inc({ action });
+    if (action !== 'error') this.pluginSeconds.observe(seconds);
+  }
+
+  pluginRestart(reason: string): void {
+    this.pluginRestarts.inc({ reason });
   }
 
   webhook(outcome: 'delivered' | 'failed' | 'dead', n: number): void {

@@ -16,6 +16,7 @@ import { SignatureVerifier } from '../nostr/verifier.js';
 import { relayIdentity } from '../policy/auth.js';
 import { policyFrom } from '../policy/policy.js';
 import type { ModerationLists } from '../policy/moderation.js';
+import { WritePlugin } from '../policy/write-plugin.js';
 import { ChangeStream } from '../store/changes.js';
 import { createPool } from '../store/database.js';
 import { ChangeFeed } from '../store/feed.js';
@@ -118,6 +119,16 @@ export async function startRelay(config: Config, db: PrimaryDatabase, log: Logge
   const negentropy = new NegentropyBudget(config.NEGENTROPY_MAX_TOTAL_RECORDS);
   let webhookQueue: QueueSample = { queued: 0, dead: 0, oldestSeconds: 0 };
   const outbox = new WebhookOutbox();
+  // The operator's write-policy plugin: one child for this process, asked by every EVENT that passed
+  // our checks (ingest.ts) and by in-process writers through the context.
+  const writePlugin = config.WRITE_POLICY_PLUGIN
+    ? new WritePlugin(config.WRITE_POLICY_PLUGIN, {
+        timeoutMs: config.WRITE_POLICY_TIMEOUT_MS,
+        log,
+        onDecision: (action, seconds) => metrics.pluginDecision(action, seconds),
+        onRestart: (why) => metrics.pluginRestart(why),
+      })
+    : undefined;
   const metrics = new RelayMetrics({
     connections: () => connections.size,
     subscriptions: () => subscriptions.size,
@@ -127,6 +138,7 @@ export async function startRelay(config: Config, db: PrimaryDatabase, log: Logge
     webhookQueue: () => webhookQueue,
     pool: () => ({ total: pool.totalCount, idle: pool.idleCount, waiting: pool.waitingCount }),
     hotTier: () => tier?.current,
+    writePlugin: writePlugin && (() => writePlugin.state()),
   });
   // What other processes, hosts and imports commit reaches this change stream too (store/feed.ts).
   const tierBytes = hotTierBytes(config.HOT_TIER_MB);
@@ -167,6 +179,7 @@ export async function startRelay(config: Config, db: PrimaryDatabase, log: Logge
     metrics,
     negentropy,
     outbox,
+    writePlugin,
     closing: false,
   };
   // Everything downstream of a commit listens to the change stream.
@@ -185,7 +198,16 @@ export async function startRelay(config: Config, db: PrimaryDatabase, log: Logge
 
   const info = () => relayInformation(config, limits, moderation.current.relayInfo);
   const status = config.STATUS_PAGE
-    ? new StatusSampler({ metrics, pool, log, info, relayUrl: config.RELAY_URL, connections: () => connections.size, subscriptions: () => subscriptions.size }).start()
+    ? new StatusSampler({
+        metrics,
+        pool,
+        log,
+        info,
+        relayUrl: config.RELAY_URL,
+        connections: () => connections.size,
+        subscriptions: () => subscriptions.size,
+        writePlugin: writePlugin && (() => writePlugin.state()),
+      }).start()
     : undefined;
   router.add(
     relayEndpoint({
@@ -299,6 +321,7 @@ export async function startRelay(config: Config, db: PrimaryDatabase, log: Logge
     ? new WebhookWorker(pool, log, {
         concurrency: config.WEBHOOK_CONCURRENCY,
         timeoutMs: config.WEBHOOK_TIMEOUT_MS,
+        leaseMs: config.WEBHOOK_LEASE_MS,
         maxAgeMs: config.WEBHOOK_MAX_AGE_SECONDS * 1000,
         onOutcome: (outcome, n) => metrics.webhook(outcome, n),
         onSample: (sample) => (webhookQueue = sample),
@@ -307,6 +330,8 @@ export async function startRelay(config: Config, db: PrimaryDatabase, log: Logge
 
   const close = async (): Promise<void> => {
     ctx.closing = true;
+    // Events awaiting the plugin are answered error: now (and get that OK before their sockets close).
+    const pluginClosed = writePlugin?.close();
     moderation.stop();
     status?.stop();
     clearInterval(heartbeat);
@@ -324,6 +349,7 @@ export async function startRelay(config: Config, db: PrimaryDatabase, log: Logge
     await Promise.race([stopped, deadline]);
     for (const ws of connections.keys()) ws.terminate();
     await ctx.verifier.close();
+    await pluginClosed;
     await webhooks?.stop();
     tier?.stop();
     await feed.stop();
@@ -345,6 +371,7 @@ export async function startRelay(config: Config, db: PrimaryDatabase, log: Logge
   const host = config.HOST.includes(':') ? `[${config.HOST}]` : config.HOST;
   const url = `${listening.scheme}://${host}:${port}`;
   log.info({ url }, cluster.isWorker ? 'worker listening' : 'relay listening');
+  writePlugin?.start(); // now rather than with the first event: a broken plugin shows in the log at once
 
   return {
     url,

@@ -3,6 +3,7 @@
 // percentiles of the last minute; the database's size and event count are read every 15 s.
 import type pg from 'pg';
 import type { Logger } from '../log.js';
+import type { WritePluginState } from '../policy/write-plugin.js';
 import type { RelayMetrics } from './metrics.js';
 
 const HISTORY = 600; // seconds kept
@@ -25,6 +26,8 @@ export interface StatusSources {
   info(): object;
   /** RELAY_URL: the page shows it as the address to connect to. */
   relayUrl?: string;
+  /** The write-policy plugin, when one is configured (the page shows its state only then). */
+  writePlugin?(): WritePluginState;
 }
 
 export class StatusSampler {
@@ -106,6 +109,7 @@ export class StatusSampler {
       kinds: this.kinds(),
       totals: { ...metrics.totals },
       database: this.database,
+      ...(this.s.writePlugin && { writePlugin: this.s.writePlugin() }),
     };
   }
 

@@ -25,7 +25,7 @@ export interface WebhookSettings {
   claimBatch?: number;
   /** How often an idle worker looks at the queue (it is also woken by every commit). */
   pollMs?: number;
-  /** How long a claim stays hidden unless renewed (LEASE_MS); renewed every third of it. */
+  /** How long a claim stays hidden unless renewed (WEBHOOK_LEASE_MS, default LEASE_MS); renewed every third of it. */
   leaseMs?: number;
   /** Told each outcome (metrics). */
   onOutcome?: (outcome: 'delivered' | 'failed' | 'dead', n: number) => void;

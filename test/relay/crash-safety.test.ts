@@ -49,8 +49,8 @@ describe('crash safety', () => {
 
   it('delivers to webhooks, after a restart, every acknowledged event that was not yet delivered at SIGKILL', async () => {
     const url = await createTestDatabase();
-    // Claims of the killed process come back when their lease lapses (10 s, src/relay/webhooks.ts).
-    const env = { DATABASE_URL: url, LOG_LEVEL: 'silent', WEBHOOK_TIMEOUT_MS: '300' };
+    // Claims of the killed process come back when their lease lapses (WEBHOOK_LEASE_MS).
+    const env = { DATABASE_URL: url, LOG_LEVEL: 'silent', WEBHOOK_TIMEOUT_MS: '300', WEBHOOK_LEASE_MS: '3000' };
     const received = new Set<string>();
     const receiver = createServer((req, res) => {
       const chunks: Buffer[] = [];

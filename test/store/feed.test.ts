@@ -38,6 +38,11 @@ async function startFeed(pageRows?: number, options: { removals?: boolean; pool?
     removals: options.removals,
     onRead: (result) => reads[result]++,
   }).start();
+  // A feed starts from the cluster's oldest transaction in flight (it must not step past one), so a
+  // transaction of another test file, on another database of the same server, can make it announce an
+  // earlier test's commit once more: what it says before its first settled read is not this test's.
+  await settle();
+  announced.length = 0;
   const ids = () => announced.flatMap((c) => (c.type === 'stored' ? c.events.map((p) => p.event.id) : []));
   const removedIds = () => announced.flatMap((c) => (c.type === 'removed' ? c.ids : []));
   return { changes, announced, ids, removedIds, reads };

@@ -1,6 +1,7 @@
 import pg from 'pg';
 import { MAX_CHUNK_EVENTS } from '../../ops/bulk-load.js';
 import { importNostream, nostreamCheckpointName } from '../../ops/nostream/import-nostream.js';
+import { importWritePlugin } from '../../ops/import-plugin.js';
 import { createProgress } from '../../ops/progress.js';
 import { SignatureVerifier } from '../../nostr/verifier.js';
 import type { Command } from '../command.js';
@@ -19,7 +20,9 @@ recomputed; a row that does not hash to its event_id is counted invalid. Safe wh
 
   - soft-deleted rows (deleted_at set) are not imported, and removed from this store if present;
   - expired rows (expires_at or an expiration tag in the past) are skipped;
-  - signatures are not re-checked unless --verify (nostream verified them on arrival).
+  - signatures are not re-checked unless --verify (nostream verified them on arrival);
+  - with WRITE_POLICY_PLUGIN set, every event that passed the checks goes through the plugin too
+    (sourceType Import).
 
 The position is saved after every batch (table ops_checkpoints, one per source): after Ctrl-C or a
 crash the same command resumes where it stopped, and the final counts cover the whole import.
@@ -65,11 +68,13 @@ examples:
     source.on('error', (err) => log.warn({ err: err.message }, 'source connection lost'));
     const db = await openStore(config, log);
     const verifier = values.verify ? new SignatureVerifier(config.VERIFY_THREADS) : undefined;
+    const plugin = importWritePlugin(config.WRITE_POLICY_PLUGIN, config.WRITE_POLICY_TIMEOUT_MS, log);
     const stop = stopOnSignals(log);
     try {
       const result = await importNostream(source, db.pool, nostreamCheckpointName(values.from), {
         policy: await importPolicy(config, db),
         verifier,
+        plugin: plugin && { plugin, source: { type: 'Import', info: '' } },
         batchSize,
         emptyTarget: values['empty-target'],
         maxBatches,
@@ -98,6 +103,7 @@ examples:
     } finally {
       stop.dispose();
       await verifier?.close();
+      await plugin?.close();
       await db.close();
       await source.end();
     }

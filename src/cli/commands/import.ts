@@ -3,6 +3,7 @@ import { stat } from 'node:fs/promises';
 import type { Readable } from 'node:stream';
 import { MAX_CHUNK_EVENTS } from '../../ops/bulk-load.js';
 import { importJsonl, type ImportJsonlResult } from '../../ops/import-jsonl.js';
+import { importWritePlugin } from '../../ops/import-plugin.js';
 import { createProgress } from '../../ops/progress.js';
 import { SignatureVerifier } from '../../nostr/verifier.js';
 import type { Command } from '../command.js';
@@ -27,7 +28,8 @@ events as if published to the relay: shape and policy checks (the relay's config
 and signature verification on worker threads, then the relay's rules (replaceable/addressable
 versions, NIP-09 deletions, duplicates) and locks, in batches of one transaction each, the rows
 streamed by COPY. Lines are taken in order, so a deletion and its target, or two versions of one
-event, end as published in that order. Safe while the relay runs.
+event, end as published in that order. Safe while the relay runs. With WRITE_POLICY_PLUGIN set,
+every event that passed the checks goes through the plugin too (sourceType Import).
 
 A bad line never stops the import: each refused line is reported on stderr with its number and
 reason, and counted. Importing the same file again is harmless (everything is a duplicate).
@@ -69,11 +71,13 @@ examples:
     }
     const db = await openStore(config, log);
     const verifier = values['no-verify'] ? undefined : new SignatureVerifier(config.VERIFY_THREADS);
+    const plugin = importWritePlugin(config.WRITE_POLICY_PLUGIN, config.WRITE_POLICY_TIMEOUT_MS, log);
     const stop = stopOnSignals(log);
     try {
       const result = await importJsonl(db.pool, input, {
         policy: await importPolicy(config, db),
         verifier,
+        plugin: plugin && { plugin, source: { type: 'Import', info: '' } },
         batchSize,
         totalBytes,
         onRefused: (line, reason) => reports.print(line, reason),
@@ -88,6 +92,7 @@ examples:
     } finally {
       stop.dispose();
       await verifier?.close();
+      await plugin?.close();
       await db.close();
     }
   },

@@ -1,4 +1,5 @@
 import { MAX_CHUNK_EVENTS } from '../../ops/bulk-load.js';
+import { importWritePlugin } from '../../ops/import-plugin.js';
 import { createProgress } from '../../ops/progress.js';
 import { DEFAULT_MAX_LOCAL_RECORDS, localFilter, MIN_FRAME_SIZE, SyncError, syncWithRelay, type SyncDirection, type SyncPhase, type SyncResult } from '../../ops/sync.js';
 import { SignatureVerifier } from '../../nostr/verifier.js';
@@ -76,8 +77,9 @@ Compares the events matching a filter (default: all) in our database with those 
 (strfry, khatru, another pgrelay...) by NIP-77 negentropy set reconciliation: only fingerprints and
 the differing ids cross the network, in a few round trips. Then:
   down  fetches the events the remote has and we lack (REQ by ids) and stores them as "import"
-        does: shape and policy checks, id and signature verification, the relay's rules (deletions,
-        requests to vanish, replaceable versions), in batches;
+        does: shape and policy checks, id and signature verification, WRITE_POLICY_PLUGIN when
+        set (sourceType Sync), the relay's rules (deletions, requests to vanish, replaceable
+        versions), in batches;
   up    publishes the events we have and the remote lacks (EVENT, each awaiting its OK); the remote
         applies its own rules.
 Running it again finds nothing left to do (0 % difference, one round). Safe while the relay runs.
@@ -143,6 +145,8 @@ examples:
     const db = await openStore(config, log);
     const dryRun = values['dry-run'] === true;
     const verifier = dryRun || direction === 'up' ? undefined : new SignatureVerifier(config.VERIFY_THREADS);
+    // Downloaded events go through WRITE_POLICY_PLUGIN too (sourceType Sync, the remote's URL).
+    const plugin = dryRun || direction === 'up' ? undefined : importWritePlugin(config.WRITE_POLICY_PLUGIN, config.WRITE_POLICY_TIMEOUT_MS, log);
     const stop = stopOnSignals(log);
     try {
       const result = await syncWithRelay(db.pool, {
@@ -156,6 +160,7 @@ examples:
         timeoutMs,
         policy: await importPolicy(config, db),
         verifier,
+        plugin,
         progress: (phase) => createProgress(`sync ${phase}`, { unit: UNITS[phase], log }),
         onRefused: (phase, id, reason) => reports.print(`${phase === 'download' ? 'by us' : 'by the remote'} ${id}`, reason),
         onWarning: (message) => process.stderr.write(`warning: ${message}\n`),
@@ -171,6 +176,7 @@ examples:
     } finally {
       stop.dispose();
       await verifier?.close();
+      await plugin?.close();
       await db.close();
     }
   },

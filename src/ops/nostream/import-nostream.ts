@@ -32,6 +32,7 @@ import type { SignatureVerifier } from '../../nostr/verifier.js';
 import type { Policy } from '../../policy/policy.js';
 import { clearCheckpoint, readCheckpoint, saveCheckpoint } from '../checkpoint.js';
 import { bulkOptions } from '../bulk-load.js';
+import type { ImportPlugin } from '../import-plugin.js';
 import { EmptyTargetLoad } from './empty-target-load.js';
 import { ImportWriter, type ImportItem } from '../import-batch.js';
 import { addCounts, checkRows, emptyNostreamCounts, type NostreamCounts } from './nostream-check.js';
@@ -45,6 +46,8 @@ export interface ImportNostreamOptions {
   policy: Policy;
   /** Checks signatures too (nostream verified them on arrival; ids are always recomputed). */
   verifier?: SignatureVerifier;
+  /** WRITE_POLICY_PLUGIN: asked about every event that passed the checks, as sourceType Import. */
+  plugin?: ImportPlugin;
   /** Rows per source read and per write transaction. */
   batchSize?: number;
   /**

@@ -11,6 +11,7 @@ import { importSession } from '../../policy/session.js';
 import { prepareEvent } from '../../store/prepared-event.js';
 import { countReason, emptyCounts, type ImportCounts, type ImportItem } from '../import-batch.js';
 import { EPHEMERAL_NOT_STORED } from '../import-jsonl.js';
+import { askPlugin, type ImportPlugin, type PluginRefusal } from '../import-plugin.js';
 import type { SourceBatch, SourceRow } from './nostream-source.js';
 
 export interface NostreamCounts extends ImportCounts {
@@ -38,11 +39,14 @@ export interface CheckOptions {
   verifier?: SignatureVerifier;
   /** Told about every refused row (hex event id, reason). */
   onRefused?: (id: string, reason: string) => void;
+  /** WRITE_POLICY_PLUGIN: asked about every event that passed the checks (ops/import-plugin.ts). */
+  plugin?: ImportPlugin;
 }
 
 /**
  * Rebuilds each row's event from its columns and checks it like an EVENT message: shape, expiry, id,
- * the relay's policy, ephemeral kinds, and the signature when there is a verifier. Soft-deleted and
+ * the relay's policy, ephemeral kinds, the signature when there is a verifier, and the write-policy
+ * plugin when there is one (the batch's events all in flight to it at once). Soft-deleted and
  * expired rows are counted and left out; each accepted event goes to `accept`, in order (at once,
  * without a verifier, so that a caller that encodes it need not keep it). Both modes check rows
  * here, and only here; `select` says which rows of the batch are this pass's (the others are
@@ -62,7 +66,7 @@ export async function checkRows(
     options.onRefused?.(id, reason);
   };
   const softDeleted: Buffer[] = [];
-  const verifying: Array<{ item: ImportItem<string>; verdict: Promise<string | undefined> }> = [];
+  const verifying: Array<{ item: ImportItem<string>; verdict?: Promise<string | undefined>; plugin?: Promise<PluginRefusal | undefined> }> = [];
   let i = 0;
   for (const row of rows) {
     // Let the writes and reads in flight move on: they wait for this thread between their steps.
@@ -117,12 +121,17 @@ export async function checkRows(
       continue;
     }
     const item = { prepared: prepareEvent(event), ref: id };
-    if (options.verifier) verifying.push({ item, verdict: options.verifier.verify(event) });
+    const verdict = options.verifier?.verify(event);
+    const plugin = options.plugin && askPlugin(options.plugin, event, verdict);
+    plugin?.catch(() => undefined); // awaited below (after the verdict, which may throw first)
+    if (verdict || plugin) verifying.push({ item, verdict, plugin });
     else accept(item);
   }
-  for (const { item, verdict } of verifying) {
+  for (const { item, verdict, plugin } of verifying) {
     const invalid = await verdict;
+    const refusal = await plugin;
     if (invalid) refuse(item.ref, 'invalid', invalid);
+    else if (refusal) refuse(item.ref, refusal.kind, refusal.reason);
     else accept(item);
   }
   return softDeleted;
