@@ -10,6 +10,7 @@ import * as search from './20261228000001_search.js';
 import * as webhooks from './20261229000001_webhooks.js';
 import * as webhookReadyByEndpoint from './20261230000001_webhook_ready_by_endpoint.js';
 import * as eventRemovals from './20261231000001_event_removals.js';
+import * as routerPositions from './20270101000001_router_positions.js';
 
 export interface Migration {
   up(knex: Knex): Promise<void>;
@@ -28,4 +29,5 @@ export const migrations: Record<string, Migration> = {
   '20261229000001_webhooks': webhooks,
   '20261230000001_webhook_ready_by_endpoint': webhookReadyByEndpoint,
   '20261231000001_event_removals': eventRemovals,
+  '20270101000001_router_positions': routerPositions,
 };

@@ -5,10 +5,13 @@ import cluster from 'node:cluster';
 import { reportListening, runPrimary, workerCount, WORKER_START_FAILED } from './cluster.js';
 import { ConfigError, loadConfig } from './config.js';
 import { Lifecycle } from './lifecycle.js';
-import { createLogger } from './log.js';
+import { createLogger, type Logger } from './log.js';
+import { whileLeader, type Leadership } from './ops/router/leader.js';
+import { loadRouterConfig, RouterConfigError } from './ops/router/config.js';
+import { Router } from './ops/router/router.js';
 import { checkPortFree } from './relay/listen-check.js';
 import { openDatabase } from './store/database.js';
-import { startRelay } from './relay/server.js';
+import { startRelay, type RelayServer } from './relay/server.js';
 
 async function main(): Promise<void> {
   let config;
@@ -20,6 +23,16 @@ async function main(): Promise<void> {
       process.exit(2);
     }
     throw err;
+  }
+  // ROUTER_CONFIG is configuration too: a file that does not parse stops the start here (exit 2).
+  if (config.ROUTER_CONFIG) {
+    try {
+      loadRouterConfig(config.ROUTER_CONFIG);
+    } catch (err) {
+      if (!(err instanceof RouterConfigError)) throw err;
+      console.error(`ROUTER_CONFIG: ${err.message}`);
+      process.exit(2);
+    }
   }
   const log = cluster.isWorker ? createLogger(config.LOG_LEVEL).child({ worker: cluster.worker!.id }) : createLogger(config.LOG_LEVEL);
   const lifecycle = new Lifecycle(log, config).install();
@@ -34,6 +47,11 @@ async function main(): Promise<void> {
     lifecycle.add('database', (reason) => db.close({ leaveAdopted: reason === 'startup-failed' }));
     const relay = await startRelay(config, db, log);
     lifecycle.add('relay', () => relay.close());
+    // The router's streams once the relay serves; stopped before it (the writer still takes their events).
+    if (config.ROUTER_CONFIG) {
+      const router = runRouter(relay, db.url, config.ROUTER_CONFIG, log);
+      lifecycle.add('router', () => router.stop());
+    }
     lifecycle.started();
     reportListening(relay.url);
     // Certificates rotate: SIGHUP reads TLS_CERT_FILE and TLS_KEY_FILE again, open connections stay.
@@ -46,6 +64,38 @@ async function main(): Promise<void> {
   } catch (err) {
     await lifecycle.fail(err);
   }
+}
+
+/**
+ * ROUTER_CONFIG's streams, run on this relay's own writer, change stream and rules, in one process
+ * per database: the one holding the router's advisory lock (ops/router/leader.ts). Under WORKERS
+ * that is whichever worker takes it first; if it dies another takes over and catches up.
+ */
+function runRouter(relay: RelayServer, databaseUrl: string, file: string, log: Logger): Leadership {
+  const ctx = relay.context;
+  const routerLog = log.child({ component: 'router' });
+  return whileLeader(databaseUrl, routerLog, async () => {
+    const router = new Router({
+      pool: ctx.pool,
+      log: routerLog,
+      policy: ctx.policy,
+      verifier: ctx.verifier,
+      writePlugin: ctx.writePlugin,
+      pluginTimeoutMs: ctx.config.WRITE_POLICY_TIMEOUT_MS,
+      writer: ctx.writer,
+      changes: ctx.changes,
+      feed: ctx.feed,
+      outbox: ctx.outbox,
+      registry: ctx.metrics.registry,
+    });
+    try {
+      await router.runFile(file);
+    } catch (err) {
+      await router.stop();
+      throw err;
+    }
+    return () => router.stop();
+  });
 }
 
 void main();

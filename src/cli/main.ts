@@ -18,6 +18,7 @@ const commands: Listed[] = [
   { name: 'import-nostream', summary: 'import a nostream database (resumable; soft-deleted and expired rows stay out; --empty-target for a new store)', load: async () => (await import('./commands/import-nostream.js')).importNostreamCommand },
   { name: 'import', summary: 'import events from a JSONL file or stdin (strfry format), with every relay rule', load: async () => (await import('./commands/import.js')).importCommand },
   { name: 'export', summary: 'write stored events to stdout as JSONL (strfry format), optionally filtered', load: async () => (await import('./commands/export.js')).exportCommand },
+  { name: 'router', summary: "stream events to and from other relays, with strfry's router config; no gaps (positions, catch-up)", load: async () => (await import('./commands/router.js')).routerCommand },
   { name: 'sync', summary: 'reconcile with another relay (NIP-77 negentropy) and fetch/publish what differs', load: async () => (await import('./commands/sync.js')).syncCommand },
   { name: 'prune', summary: 'delete events by age and/or kind (retention), in short batches', load: async () => (await import('./commands/prune.js')).pruneCommand },
   { name: 'stats', summary: 'event counts by kind, tag rows, table and index sizes', load: async () => (await import('./commands/stats.js')).statsCommand },

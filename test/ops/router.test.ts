@@ -1,0 +1,302 @@
+// The router in a relay process (as ROUTER_CONFIG runs it), between real relays over real sockets:
+// down stores through the relay's write path and fans out; up sends what is committed here and
+// never echoes an event to the remote it came from; both, with pluginDown and pluginUp told what
+// strfry tells them; catch-up after the router was away, by negentropy and, from a remote without
+// NIP-77, by REQ since; hot reconfig that leaves unchanged streams connected, and a bad edit that
+// leaves the running configuration; metrics per stream and remote. Orders and counts only.
+import { chmod, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { NostrEvent } from '../../src/nostr/event.js';
+import type { RouterHost } from '../../src/ops/router/host.js';
+import { readPosition } from '../../src/ops/router/positions.js';
+import { Router } from '../../src/ops/router/router.js';
+import { TestClient } from '../support/client.js';
+import { newSigner, now } from '../support/keys.js';
+import { startTestRelay, type TestRelay } from '../support/relay.js';
+import { until } from '../support/wait.js';
+
+const FAST = { reconnectMs: [30, 80] as [number, number], checkpointMs: 100, reloadMs: 50, keepAliveMs: 5000 };
+
+/** The router's host as src/main.ts builds it from a relay's context. */
+function hostOf(relay: TestRelay): RouterHost {
+  const ctx = relay.relay.context;
+  return {
+    pool: ctx.pool,
+    log: ctx.log,
+    policy: ctx.policy,
+    verifier: ctx.verifier,
+    writePlugin: ctx.writePlugin,
+    pluginTimeoutMs: 5000,
+    writer: ctx.writer,
+    changes: ctx.changes,
+    feed: ctx.feed,
+    outbox: ctx.outbox,
+    registry: ctx.metrics.registry,
+  };
+}
+
+let local: TestRelay;
+let r1: TestRelay;
+let r2: TestRelay;
+let noNeg: TestRelay; // a remote without NIP-77
+let slow: TestRelay; // a remote that takes 20 events a second from one address
+let dir: string;
+beforeAll(async () => {
+  [local, r1, r2, noNeg, slow] = await Promise.all([
+    startTestRelay(),
+    startTestRelay(),
+    startTestRelay(),
+    startTestRelay({ NEGENTROPY_MAX_RECORDS: '0' }),
+    startTestRelay({ RATE_LIMIT_EVENTS_PER_SECOND: '20', RATE_LIMIT_EVENTS_BURST: '5' }),
+  ]);
+  dir = await mkdtemp(path.join(tmpdir(), 'router-test-'));
+});
+afterAll(async () => {
+  await Promise.all([local, r1, r2, noNeg, slow].map((r) => r?.close()));
+  if (dir) await rm(dir, { recursive: true, force: true });
+});
+
+const has = async (relay: TestRelay, id: string) =>
+  (await relay.db.pool.query('SELECT 1 FROM events WHERE id = decode($1, $2)', [id, 'hex'])).rowCount === 1;
+const allIn = async (relay: TestRelay, events: NostrEvent[]) => (await Promise.all(events.map((e) => has(relay, e.id)))).every(Boolean);
+
+async function publish(relay: TestRelay, events: NostrEvent[]): Promise<void> {
+  const client = await TestClient.connect(relay.url);
+  for (const e of events) expect(await client.publish(e)).toEqual([true, '']);
+  client.close();
+}
+
+async function metric(relay: TestRelay, name: string, labels: Record<string, string>): Promise<number> {
+  const found = (await relay.relay.context.metrics.registry.getMetricsAsJSON()).find((m) => m.name === name);
+  return (found?.values ?? [])
+    .filter((v) => Object.entries(labels).every(([k, x]) => v.labels[k] === x))
+    .reduce((sum, v) => sum + v.value, 0);
+}
+
+let configs = 0;
+async function configFile(text: string): Promise<string> {
+  const file = path.join(dir, `router-${++configs}.conf`);
+  await writeFile(file, text);
+  return file;
+}
+
+async function runRouter(text: string): Promise<{ router: Router; file: string }> {
+  const file = await configFile(text);
+  const router = new Router(hostOf(local), FAST);
+  await router.runFile(file);
+  return { router, file };
+}
+
+/** A strfry plugin that records each request and refuses content with "spam" (a shell command with arguments). */
+async function recordingPlugin(name: string): Promise<{ command: string; requests(): Promise<Array<{ sourceType: string; sourceInfo: string; event: NostrEvent }>> }> {
+  const script = path.join(dir, `${name}.cjs`);
+  const log = path.join(dir, `${name}.log`);
+  await writeFile(
+    script,
+    `const fs = require('fs');
+     require('readline').createInterface({ input: process.stdin }).on('line', (line) => {
+       fs.appendFileSync(process.argv[2], line + '\\n');
+       const req = JSON.parse(line);
+       const spam = req.event.content.includes('spam');
+       console.log(JSON.stringify({ id: req.event.id, action: spam ? 'reject' : 'accept', msg: spam ? 'blocked: spam' : '' }));
+     });`,
+  );
+  await chmod(script, 0o755);
+  await writeFile(log, '');
+  return {
+    command: `${process.execPath} ${script} ${log}`,
+    async requests() {
+      const text = await readFile(log, 'utf8');
+      return text.split('\n').filter(Boolean).map((l) => JSON.parse(l));
+    },
+  };
+}
+
+describe('router in the relay process', () => {
+  it('down: stores what the remote publishes (matched by the filter) through the write path, and fans it out here', async () => {
+    const author = newSigner();
+    const { router } = await runRouter(`streams { friends { dir = "down" filter = { "kinds": [1], "authors": ["${author.pubkey}"] } urls = [ "${r1.url}" ] } }`);
+    try {
+      await until(async () => (await metric(local, 'pgrelay_router_connected', { stream: 'friends', url: r1.url })) === 1, 'the router connected');
+      const watcher = await TestClient.connect(local.url);
+      const live = await watcher.query('live', { authors: [author.pubkey] });
+      expect(live).toEqual([]);
+      const notes = [author.sign({ content: 'one' }), author.sign({ content: 'two' })];
+      const other = author.sign({ kind: 7, content: '+' }); // not matched by the stream's filter
+      await publish(r1, [notes[0], other, notes[1]]);
+      await until(() => allIn(local, notes), 'the notes stored here');
+      await until(() => watcher.liveEvents('live').length === 2, 'the notes fanned out to a subscriber here');
+      // Each is checked (signature, plugin) on its own, so they may be stored in either order.
+      expect(watcher.liveEvents('live').map((e) => e.id).sort()).toEqual(notes.map((e) => e.id).sort());
+      expect(await has(local, other.id)).toBe(false);
+      expect(await metric(local, 'pgrelay_router_events_down_total', { stream: 'friends', outcome: 'stored' })).toBe(2);
+      watcher.close();
+    } finally {
+      await router.stop();
+    }
+    expect(await metric(local, 'pgrelay_router_connected', { stream: 'friends' })).toBe(0);
+  });
+
+  it('up: sends what is committed here and matches the filter; both: never sends an event back to the remote it came from', async () => {
+    const author = newSigner();
+    const filter = `filter = { "authors": ["${author.pubkey}"] }`;
+    const { router } = await runRouter(`streams {
+      directory { dir = "up" ${filter} urls = [ "${r2.url}" ] }
+      cluster { dir = "both" ${filter} urls = [ "${r1.url}", "${r2.url}" ] }
+    }`);
+    try {
+      await until(async () => (await metric(local, 'pgrelay_router_connected', { url: r2.url })) === 2, 'both streams connected to r2');
+      await until(async () => (await metric(local, 'pgrelay_router_connected', { stream: 'cluster', url: r1.url })) === 1, 'cluster connected to r1');
+      const here = author.sign({ content: 'published here' });
+      await publish(local, [here]);
+      await until(async () => (await has(r1, here.id)) && (await has(r2, here.id)), 'sent up to both remotes');
+      // From r1: stored here, sent on to r2, never back to r1.
+      const there = author.sign({ content: 'published on r1' });
+      await publish(r1, [there]);
+      await until(() => has(local, there.id), 'down from r1');
+      await until(() => has(r2, there.id), 'on to r2');
+      await until(
+        async () => (await metric(local, 'pgrelay_router_events_up_total', { stream: 'cluster', url: r2.url })) === 2,
+        'both events answered by r2 (cluster)',
+      );
+      expect(await metric(local, 'pgrelay_router_events_up_total', { stream: 'cluster', url: r1.url })).toBe(1); // only `here`
+      expect(await metric(local, 'pgrelay_router_events_up_total', { stream: 'cluster', url: r1.url, outcome: 'accepted' })).toBe(1);
+    } finally {
+      await router.stop();
+    }
+  });
+
+  it('both, with plugins: pluginDown is told Stream and the remote, pluginUp Stored; what they refuse is neither stored nor sent', async () => {
+    const author = newSigner();
+    const down = await recordingPlugin('down');
+    const up = await recordingPlugin('up');
+    const { router } = await runRouter(`streams { s {
+      dir = "both"
+      filter = { "authors": ["${author.pubkey}"] }
+      pluginDown = "${down.command}"
+      pluginUp = "${up.command}"
+      urls = [ "${r1.url}" ]
+    } }`);
+    try {
+      await until(async () => (await metric(local, 'pgrelay_router_connected', { stream: 's' })) === 1, 'connected');
+      const fromRemote = [author.sign({ content: 'fine' }), author.sign({ content: 'spam from afar' })];
+      const fromHere = [author.sign({ content: 'fine here' }), author.sign({ content: 'spam here' })];
+      await publish(r1, fromRemote);
+      await publish(local, fromHere);
+      await until(() => has(local, fromRemote[0].id), 'the accepted one stored here');
+      await until(() => has(r1, fromHere[0].id), 'the accepted one sent up');
+      await until(async () => (await down.requests()).length >= 2 && (await up.requests()).some((r) => r.event.id === fromHere[1].id), 'the plugins asked');
+      expect(await has(local, fromRemote[1].id)).toBe(false);
+      expect(await has(r1, fromHere[1].id)).toBe(false);
+      const downSeen = await down.requests();
+      expect(downSeen.map((r) => [r.event.id, r.sourceType, r.sourceInfo])).toEqual(fromRemote.map((e) => [e.id, 'Stream', r1.url]));
+      const upSeen = (await up.requests()).filter((r) => fromHere.some((e) => e.id === r.event.id));
+      expect(upSeen.every((r) => r.sourceType === 'Stored')).toBe(true);
+      // The event that came down from r1 is not offered back to it, nor to pluginUp for it.
+      expect((await up.requests()).some((r) => r.event.id === fromRemote[0].id)).toBe(true); // stored here, so committed
+      expect(await metric(local, 'pgrelay_router_events_up_total', { stream: 's', url: r1.url })).toBe(1);
+    } finally {
+      await router.stop();
+    }
+  });
+
+  it("up to a remote that rate-limits: sends again what it refused with rate-limited:, until all of it is there", async () => {
+    const author = newSigner();
+    const { router } = await runRouter(`streams { slow { dir = "up" filter = { "authors": ["${author.pubkey}"] } urls = [ "${slow.url}" ] } }`);
+    try {
+      await until(async () => (await metric(local, 'pgrelay_router_connected', { stream: 'slow' })) === 1, 'connected');
+      const notes = Array.from({ length: 30 }, (_, i) => author.sign({ content: `note ${i}` }));
+      await publish(local, notes);
+      await until(() => allIn(slow, notes), 'all 30 on the remote that takes 20 a second');
+      expect(await metric(local, 'pgrelay_router_events_up_total', { stream: 'slow', outcome: 'refused' })).toBe(0);
+    } finally {
+      await router.stop();
+    }
+  });
+
+  it('catches up after the router was away: negentropy for down and up, what was committed here since its position however old', async () => {
+    const author = newSigner();
+    const text = `catchUpMargin = 60\nstreams { back { dir = "both" filter = { "authors": ["${author.pubkey}"] } urls = [ "${r2.url}" ] } }`;
+    const first = await runRouter(text);
+    await until(async () => (await metric(local, 'pgrelay_router_connected', { stream: 'back' })) === 1, 'connected');
+    const before = author.sign({ content: 'before' });
+    await publish(r2, [before]);
+    await until(() => has(local, before.id), 'live before the stop');
+    await until(async () => (await readPosition(local.db.pool, 'back', r2.url, 'down'))!.through >= now(), 'a position recorded');
+    await first.router.stop();
+
+    // While the router is away: new events there, new events here, and an event here a day old.
+    const missedThere = [author.sign({ content: 'missed there 1' }), author.sign({ content: 'missed there 2' })];
+    const missedHere = author.sign({ content: 'missed here' });
+    const oldHere = author.sign({ content: 'a day old, imported here', created_at: now() - 86_400 });
+    await publish(r2, missedThere);
+    await publish(local, [missedHere, oldHere]);
+
+    const second = new Router(hostOf(local), FAST);
+    await second.runFile(first.file);
+    try {
+      await until(() => allIn(local, missedThere), 'down: caught up');
+      await until(() => allIn(r2, [missedHere, oldHere]), 'up: caught up, the old event too (outside any created_at window)');
+      expect(await metric(local, 'pgrelay_router_catchups_total', { stream: 'back', direction: 'down', method: 'negentropy' })).toBeGreaterThanOrEqual(2);
+      expect(await metric(local, 'pgrelay_router_catchups_total', { stream: 'back', direction: 'up', method: 'txid' })).toBeGreaterThanOrEqual(2);
+    } finally {
+      await second.stop();
+    }
+  });
+
+  it('catches up from a remote without NIP-77 with REQ since', async () => {
+    const author = newSigner();
+    const text = `streams { plain { dir = "down" filter = { "authors": ["${author.pubkey}"] } urls = [ "${noNeg.url}" ] } }`;
+    const first = await runRouter(text);
+    await until(async () => (await metric(local, 'pgrelay_router_connected', { stream: 'plain' })) === 1, 'connected');
+    await first.router.stop();
+    const missed = Array.from({ length: 5 }, (_, i) => author.sign({ content: `missed ${i}`, created_at: now() - i }));
+    await publish(noNeg, missed);
+    const second = new Router(hostOf(local), FAST);
+    await second.runFile(first.file);
+    try {
+      await until(() => allIn(local, missed), 'caught up by REQ since');
+      expect(await metric(local, 'pgrelay_router_catchups_total', { stream: 'plain', direction: 'down', method: 'req' })).toBeGreaterThanOrEqual(1);
+      expect(await metric(local, 'pgrelay_router_catchups_total', { stream: 'plain', direction: 'down', method: 'negentropy' })).toBe(0);
+    } finally {
+      await second.stop();
+    }
+  });
+
+  it('hot reconfig: a new URL and a new stream connect, the unchanged ones stay connected; a bad edit leaves the running configuration', async () => {
+    const author = newSigner();
+    const filter = `filter = { "authors": ["${author.pubkey}"] }`;
+    const { router, file } = await runRouter(`streams { hot { dir = "down" ${filter} urls = [ "${r1.url}" ] } }`);
+    const opened = (stream: string, url: string) => metric(local, 'pgrelay_router_connections_total', { stream, url, result: 'opened' });
+    try {
+      await until(async () => (await opened('hot', r1.url)) === 1, 'connected to r1');
+      await writeFile(file, `streams {\n hot { dir = "down" ${filter} urls = [ "${r1.url}" "${r2.url}" ] }\n extra { dir = "down" ${filter} urls = [ "${r1.url}" ] }\n}`);
+      await until(async () => (await opened('hot', r2.url)) === 1 && (await opened('extra', r1.url)) === 1, 'the new URL and stream connected');
+      // A bad edit: logged, nothing changes.
+      await writeFile(file, `streams { hot { dir = "sideways" urls = [ "${r1.url}" ] } }`);
+      const note = author.sign({ content: 'after the bad edit' });
+      await publish(r2, [note]);
+      await until(() => has(local, note.id), 'r2 still streams after the bad edit');
+      // Removing the URL and the stream closes only them.
+      await writeFile(file, `streams { hot { dir = "down" ${filter} urls = [ "${r1.url}" ] } }`);
+      await until(async () => (await metric(local, 'pgrelay_router_connected', { url: r2.url, stream: 'hot' })) === 0, 'r2 closed');
+      await until(() => router.streamNames.join() === 'hot', 'extra removed');
+      expect(await opened('hot', r1.url)).toBe(1); // never reconnected
+      expect(await metric(local, 'pgrelay_router_connected', { stream: 'hot', url: r1.url })).toBe(1);
+      // A changed filter reconnects that stream (strfry's rule).
+      await writeFile(file, `streams { hot { dir = "down" filter = { "kinds": [1], "authors": ["${author.pubkey}"] } urls = [ "${r1.url}" ] } }`);
+      await until(async () => (await opened('hot', r1.url)) === 2, 'reconnected for its new filter');
+    } finally {
+      await router.stop();
+    }
+  });
+
+  it('publishes metrics per stream and remote: connected, events, lag, catch-ups', async () => {
+    const text = (await local.relay.context.metrics.registry.metrics()).split('\n');
+    for (const name of ['pgrelay_router_connected', 'pgrelay_router_events_down_total', 'pgrelay_router_events_up_total', 'pgrelay_router_lag_seconds', 'pgrelay_router_catchups_total'])
+      expect(text.some((l) => l.startsWith(`# TYPE ${name} `))).toBe(true);
+    expect(text.some((l) => /^pgrelay_router_events_down_total\{stream="friends",url="[^"]+",outcome="stored"\} 2$/.test(l))).toBe(true);
+  });
+});
