@@ -297,6 +297,11 @@ const hotTier = section('Hot tier', 'The newest events in memory, with the index
     'Memory for the newest events: a filter whose answer lies inside that window is answered from memory, exactly as PostgreSQL would answer it. Filled newest first at start and kept current from every writer\'s commits and deletions. `auto` is 30 % of Node\'s heap limit or an eighth of the machine\'s memory, whichever is less; 0 turns it off. Each process of WORKERS holds its own.',
     { unit: 'MB', example: '1400' },
   ),
+  FEED_READ_SPACING_MS: documented(
+    int(0, 1000).default(5),
+    'How far apart this process starts its reads of what other writers committed. A REQ the hot tier answers waits for a read that began after it arrived (so it sees every event any process committed before it), and all REQs arriving within this time share one read: larger costs PostgreSQL less per REQ and adds up to this much latency to such REQs and to live delivery from other processes; 0 reads back to back.',
+    { unit: 'ms', example: '10' },
+  ),
 });
 
 /** Every variable, in the order the manual lists them. */

@@ -19,7 +19,9 @@
 // has ended, so an unchanged snapshot means no transaction with a write has ended since, and the
 // read would find nothing. The snapshot kept is that of the last read's first statement: what ended
 // between its statements changes the next one's. Under a REQ-heavy load most reads are these (each
-// REQ waits for a read that began after it, see hot/service.ts).
+// REQ waits for a read that began after it, see hot/service.ts). Reads start at least `spacingMs`
+// apart: whatever asks in between shares the next read, so PostgreSQL answers a few hundred trivial
+// queries a second at most, however many REQs wait on them.
 //
 // Ephemeral events (never stored) travel in the payload of a NOTIFY on `pgrelay_ephemeral`, several
 // to a payload; one too large for a payload (8,000 bytes) goes through the unlogged relay_ephemeral
@@ -49,6 +51,11 @@ export interface FeedOptions {
   removals?: boolean;
   /** Called as each read ends: `unchanged` when the snapshot check was the whole read (metrics). */
   onRead?: (result: 'unchanged' | 'full') => void;
+  /**
+   * Reads start at least this far apart (FEED_READ_SPACING_MS): everything that asks in between
+   * (REQs waiting to be fresh, notifications) shares the next one. 0: back to back.
+   */
+  spacingMs?: number;
 }
 
 /** event_removals rows are kept this long for processes to read (a process behind by more refills its tier). */
@@ -119,6 +126,10 @@ export class ChangeFeed implements OwnTransactions {
   private outbox: PreparedEvent[] = [];
   private ephemeralIn: Promise<void> = Promise.resolve();
   private readonly pollMs: number;
+  private readonly spacingMs: number;
+  /** When the last read started (performance.now()), and the timer of one put off until spacingMs after it. */
+  private lastStart = -Infinity;
+  private spaced: NodeJS.Timeout | undefined;
   private readonly pageRows: number;
   private readonly onRead: FeedOptions['onRead'];
   private readonly removals: { horizon: bigint; done: Set<bigint>; partial?: { txid: bigint; seq: bigint } } | undefined;
@@ -135,6 +146,7 @@ export class ChangeFeed implements OwnTransactions {
     options: FeedOptions = {},
   ) {
     this.pollMs = options.pollMs ?? 1000;
+    this.spacingMs = options.spacingMs ?? 0;
     this.pageRows = options.pageRows ?? 1000;
     this.onRead = options.onRead;
     this.removals = options.removals ? { horizon: 0n, done: new Set() } : undefined;
@@ -157,6 +169,7 @@ export class ChangeFeed implements OwnTransactions {
   async stop(): Promise<void> {
     this.stopped = true;
     this.timers.forEach(clearInterval);
+    clearTimeout(this.spaced);
     await this.reading;
     await this.listener?.end().catch(() => undefined);
   }
@@ -186,13 +199,22 @@ export class ChangeFeed implements OwnTransactions {
     return (this.nextReadDone ??= new Promise<void>((resolve) => this.afterNextRead(resolve)));
   }
 
-  /** A read now, or right after the one under way. */
+  /** A read now, or right after the one under way, and no sooner than spacingMs after the last one started. */
   requestRead(): void {
-    if (this.stopped) return;
+    if (this.stopped || this.spaced) return;
     if (this.reading) {
       this.readAgain = true;
       return;
     }
+    const early = this.lastStart + this.spacingMs - performance.now();
+    if (early > 0) {
+      this.spaced = setTimeout(() => {
+        this.spaced = undefined;
+        this.requestRead();
+      }, early);
+      return;
+    }
+    this.lastStart = performance.now();
     const waiting = this.waiting;
     this.waiting = [];
     this.nextReadDone = undefined; // its read starts now: later callers wait for the one after

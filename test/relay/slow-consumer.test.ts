@@ -4,7 +4,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Socket } from 'node:net';
 import { prepareEvent } from '../../src/store/prepared-event.js';
-import { writeEvent } from '../../src/store/write.js';
+import { writeBatch } from '../../src/store/write.js';
 import { TestClient } from '../support/client.js';
 import { newSigner, now } from '../support/keys.js';
 import { startTestRelay, type TestRelay } from '../support/relay.js';
@@ -64,7 +64,7 @@ describe('slow consumer', () => {
     const author = newSigner();
     const content = 'y'.repeat(60_000);
     const stored = Array.from({ length: 150 }, (_, i) => author.sign({ created_at: now() - 1000 + i, content: content + i }));
-    await Promise.all(stored.map((e) => writeEvent(relay.db.pool, prepareEvent(e))));
+    await writeBatch(relay.db.pool, stored.map((e) => prepareEvent(e)));
 
     const client = await TestClient.connect(relay.url);
     const found = await client.fetch('history', { authors: [author.pubkey], limit: 5000 });

@@ -27,7 +27,7 @@ let n = 0;
 const event = () => unsignedEvent({ content: `feed ${++n}`, created_at: 1_700_000_000 + n });
 
 /** A feed that polls rarely: each read in these tests is caused by a NOTIFY or by the test. */
-async function startFeed(pageRows?: number, options: { removals?: boolean; pool?: pg.Pool } = {}) {
+async function startFeed(pageRows?: number, options: { removals?: boolean; pool?: pg.Pool; spacingMs?: number } = {}) {
   const changes = new ChangeStream();
   const announced: Change[] = [];
   changes.subscribe((c) => announced.push(c));
@@ -36,6 +36,7 @@ async function startFeed(pageRows?: number, options: { removals?: boolean; pool?
     pollMs: 60_000,
     pageRows,
     removals: options.removals,
+    spacingMs: options.spacingMs,
     onRead: (result) => reads[result]++,
   }).start();
   // A feed starts from the cluster's oldest transaction in flight (it must not step past one), so a
@@ -213,6 +214,32 @@ describe('ChangeFeed', () => {
     expect(committedBetween).toBeDefined();
     await settle();
     expect(removedIds()).toEqual([first, committedBetween]);
+  });
+
+  it('spaces its reads: whatever asks within spacingMs of the last read\'s start shares the next read, which still sees every commit', async () => {
+    const spacingMs = 150;
+    const { ids, reads } = await startFeed(undefined, { spacingMs });
+    const before = reads.unchanged + reads.full;
+    const started = performance.now();
+    // A REQ-heavy load: something asks for a read on every turn of the event loop.
+    let asking = true;
+    const ask = () => {
+      if (!asking) return;
+      feed!.requestRead();
+      setImmediate(ask);
+    };
+    ask();
+    const e = prepareEvent(event());
+    await writeBatchStored(db.pool, [e]);
+    await until(() => ids().includes(e.event.id), 'the commit announced');
+    await new Promise((r) => setTimeout(r, 3 * spacingMs));
+    asking = false;
+    const elapsed = performance.now() - started;
+    const count = reads.unchanged + reads.full - before;
+    // Timers never fire early: however slow the machine, no more than one read per spacingMs began.
+    expect(count).toBeGreaterThanOrEqual(2);
+    expect(count).toBeLessThanOrEqual(Math.ceil(elapsed / spacingMs) + 1);
+    expect(ids()).toEqual([e.event.id]);
   });
 
   it('passes ephemeral events between feeds, small ones in the payload and large ones through the table', async () => {
