@@ -8,8 +8,7 @@ import { parseArgs } from 'node:util';
 import { loadConfig } from '../src/config.js';
 import { createLogger } from '../src/log.js';
 import { createPool, openDatabase } from '../src/store/database.js';
-import { newestPage, type PageEnd } from '../src/store/hot/service.js';
-import { prepareStored } from '../src/store/prepared-event.js';
+import { prepareHeld, readNewestFirst } from '../src/store/hot/fill.js';
 import { HotTier } from '../src/store/hot/tier.js';
 
 const { values } = parseArgs({ options: { events: { type: 'string', default: '300000' }, help: { type: 'boolean', default: false } } });
@@ -36,19 +35,16 @@ async function main(): Promise<void> {
     const before = heapAfterGc();
     let rawChars = 0;
     let tags = 0;
-    let after: PageEnd | undefined;
-    for (let held = 0; held < wanted; ) {
-      const rows = await newestPage(pool, after, Math.min(10_000, wanted - held));
-      if (rows.length === 0) break;
-      const page = rows.map((r) => prepareStored(r.raw, false));
+    // As the relay's fill reads and prepares them (store/hot/fill.ts).
+    await readNewestFirst(pool, (raws) => {
+      const page = raws.slice(0, wanted - tier.size).map(prepareHeld);
       for (const p of page) {
         rawChars += p.raw.length;
         tags += p.tags.length;
       }
       tier.addOlder(page, false);
-      held += rows.length;
-      after = { createdAt: Number(rows[rows.length - 1]!.created_at), id: rows[rows.length - 1]!.id };
-    }
+      return tier.size < wanted;
+    });
     const measured = heapAfterGc() - before;
     const n = tier.size;
     const perEvent = (x: number) => Math.round(x / n);

@@ -1,9 +1,10 @@
 // The hot tier kept current: the newest events held in memory (tier.ts), answering the REQ
 // filters whose answer lies inside its window; PostgreSQL stays the source of truth.
 //
-// - Filled at start from PostgreSQL, newest first, a page per turn of the event loop, until the
-//   budget (HOT_TIER_MB) or the end of the table; the tier answers what its window already covers
-//   while it fills.
+// - Filled at start from PostgreSQL, newest first, by one statement read in batches (fill.ts), a
+//   batch per turn of the event loop, until the budget (HOT_TIER_MB) or the end of the table; the
+//   tier answers what its window already covers while it fills. What other writers commit or delete
+//   meanwhile is not in that statement's snapshot: it comes through the change stream, as always.
 // - Kept current from the change stream: what this process's writer stored, what the feed read from
 //   other writers (processes, hosts, imports), and what anyone deleted (the feed's `removed`, read
 //   from event_removals: kind 5, replaced versions, vanish, prune, purges, the expiry sweep).
@@ -17,11 +18,11 @@ import type { Filter } from '../../nostr/filter.js';
 import type { Change, ChangeStream } from '../changes.js';
 import type { ChangeFeed } from '../feed.js';
 import { REMOVALS_KEEP_MINUTES } from '../feed.js';
-import { prepareStored, type PreparedEvent } from '../prepared-event.js';
+import type { PreparedEvent } from '../prepared-event.js';
 import type { StoredRow } from '../read.js';
+import { FILL_BATCH_ROWS, prepareHeld, readNewestFirst } from './fill.js';
 import { HotTier } from './tier.js';
 
-const FILL_PAGE_ROWS = 2000;
 /** Events evicted per turn of the event loop: about 2.5 ms (4-5 µs each, measured at 1M held). */
 const EVICT_PER_TURN = 500;
 /** A removal of an event added this recently is checked against the database (see above). */
@@ -51,38 +52,25 @@ export interface HotTierStats {
   filling: boolean;
 }
 
-/** Where a page of newestPage ended: the next page starts after this row. */
-export interface PageEnd {
-  createdAt: number;
-  id: Buffer;
-}
-
-/** Stored rows newest first (created_at DESC, id ASC: the tier's order), after `after` (keyset). */
-export async function newestPage(pool: pg.Pool, after: PageEnd | undefined, limit: number): Promise<Array<{ raw: string; created_at: string; id: Buffer }>> {
-  const { rows } = await pool.query<{ raw: string; created_at: string; id: Buffer }>(
-    after
-      ? `SELECT raw, created_at, id FROM events WHERE created_at < $1 OR (created_at = $1 AND id > $2) ORDER BY created_at DESC, id LIMIT $3`
-      : `SELECT raw, created_at, id FROM events ORDER BY created_at DESC, id LIMIT $1`,
-    after ? [after.createdAt, after.id, limit] : [limit],
-  );
-  return rows;
+/**
+ * What changed while the fill reads, which its statement's snapshot may not show: ids removed (a row
+ * read later may still hold them), and events stored older than the window then (the rows read
+ * later do not hold them), held as soon as the window reaches their created_at.
+ */
+interface DuringFill {
+  removed: Set<string>;
+  waiting: Map<string, PreparedEvent>;
 }
 
 export class HotTierService {
   private tier: HotTier;
   private filling = false;
   private fillGeneration = 0;
-  /** Ids removed while a fill page was being read: that page may still hold them. */
-  private removedDuringPage: Set<string> | undefined;
+  /** Set while the fill reads (see DuringFill). */
+  private during: DuringFill | undefined;
   /**
-   * Events stored while a fill page was being read, older than the window then: the page may not
-   * hold them (committed after it was read) while the window moves past them. Added after the page.
-   */
-  private addedDuringPage: PreparedEvent[] | undefined;
-  /**
-   * The created_at of the fill's last page's last event: that second may be only partly read (the
-   * next page goes on after the last id read), so an event stored at that second meanwhile, with a
-   * lower id, is added as a fill page would add it.
+   * The created_at of the last row the fill has read: that second may be only partly read, and an
+   * event stored at or above it meanwhile is not in the rows still to come: it is held at once.
    */
   private boundary: number | undefined;
   /** When each event held was added through the change stream (for the recent-removal check). */
@@ -104,6 +92,8 @@ export class HotTierService {
     private readonly budgetBytes: number,
     /** How long a REQ waits for the tier to catch up (tests shorten it). */
     private readonly freshTimeoutMs = FRESH_TIMEOUT_MS,
+    /** Rows per batch of the fill (tests make it small). */
+    private readonly fillBatchRows = FILL_BATCH_ROWS,
   ) {
     this.tier = new HotTier({ budgetBytes });
     this.timer = setInterval(() => this.housekeeping(), 5000);
@@ -130,20 +120,36 @@ export class HotTierService {
     if (change.type === 'stored') {
       const now = Date.now();
       for (const p of change.events) {
-        if (this.filling && p.event.created_at < this.tier.windowStart) {
-          if (this.addedDuringPage) this.addedDuringPage.push(p);
-          else if (p.event.created_at === this.boundary) this.tier.addOlder([p], false);
-        }
-        this.tier.add(p);
+        if (this.during && p.event.created_at < this.tier.windowStart) this.holdDuringFill(p);
+        else this.tier.add(p);
         this.recentlyAdded.set(p.event.id, now);
       }
       if (!this.filling) this.evictLater(); // the fill evicts once it ends: the tier cannot fill below what it evicted
     } else if (change.type === 'removed') {
-      if (this.removedDuringPage) for (const id of change.ids) this.removedDuringPage.add(id);
       const recent = change.ids.filter((id) => this.recentlyAdded.has(id));
-      this.tier.remove(recent.length ? change.ids.filter((id) => !this.recentlyAdded.has(id)) : change.ids);
+      this.forget(recent.length ? change.ids.filter((id) => !this.recentlyAdded.has(id)) : change.ids);
       if (recent.length) this.checking = this.checking.then(() => this.check(recent));
     }
+  }
+
+  /**
+   * An event stored while the fill reads, older than the window: at or above the last row read, the
+   * rows still to come cannot hold it (committed after the fill's snapshot, or read already), so it
+   * is held now, below the window as a fill row would be; older, it waits for the window.
+   */
+  private holdDuringFill(p: PreparedEvent): void {
+    if (this.boundary !== undefined && p.event.created_at >= this.boundary) this.tier.addOlder([p], false);
+    else this.during!.waiting.set(p.event.id, p);
+  }
+
+  /** Events deleted in the database: out of the tier, and out of what the fill has yet to hold. */
+  private forget(ids: string[]): void {
+    this.tier.remove(ids);
+    if (this.during)
+      for (const id of ids) {
+        this.during.removed.add(id);
+        this.during.waiting.delete(id);
+      }
   }
 
   /**
@@ -154,7 +160,7 @@ export class HotTierService {
     try {
       const { rows } = await this.pool.query<{ id: string }>(`SELECT encode(id, 'hex') AS id FROM events WHERE id = ANY($1::bytea[])`, [ids.map((id) => Buffer.from(id, 'hex'))]);
       const present = new Set(rows.map((r) => r.id));
-      this.tier.remove(ids.filter((id) => !present.has(id)));
+      this.forget(ids.filter((id) => !present.has(id)));
     } catch (err) {
       // Unknown: the safe answer is to forget them (PostgreSQL answers for them from now on).
       this.log.warn({ err: (err as Error).message }, 'hot tier: checking removed events failed; starting over');
@@ -231,45 +237,50 @@ export class HotTierService {
     return n;
   }
 
-  /** Newest first, page by page, until the budget or the end of the table. */
+  /**
+   * Newest first, until the budget or the end of the table: the rows of one snapshot (fill.ts), a
+   * batch at a time, with what the change stream brings meanwhile (DuringFill).
+   */
   private async fill(): Promise<void> {
     const generation = ++this.fillGeneration;
+    const current = () => !this.stopped && generation === this.fillGeneration;
     this.filling = true;
     this.log.info({ budgetMegabytes: Math.round(this.budgetBytes / 2 ** 20) }, 'hot tier filling');
     const started = Date.now();
-    let after: PageEnd | undefined;
+    // Before the statement starts: what is committed after its snapshot is announced after this.
+    const during: DuringFill = (this.during = { removed: new Set(), waiting: new Map() });
     try {
-      while (!this.stopped && generation === this.fillGeneration && this.tier.bytes < this.budgetBytes) {
-        this.removedDuringPage = new Set();
-        this.addedDuringPage = [];
-        const rows = await newestPage(this.pool, after, FILL_PAGE_ROWS);
-        if (generation !== this.fillGeneration) return;
-        const removed = this.removedDuringPage;
-        const added = this.addedDuringPage;
-        this.removedDuringPage = this.addedDuringPage = undefined;
-        const page = rows.filter((r) => !removed.has(r.id.toString('hex'))).map((r) => prepareStored(r.raw, false));
-        const end = rows.length < FILL_PAGE_ROWS;
-        this.tier.addOlder(page, end);
-        if (!end) this.boundary = Number(rows[rows.length - 1].created_at);
-        for (const p of added) {
-          if (removed.has(p.event.id)) continue;
-          // At or above the window: an ordinary add; in the page's last second: as the fill adds;
-          // older: committed before the next page is read, which will hold it.
-          if (p.event.created_at === this.boundary && p.event.created_at < this.tier.windowStart) this.tier.addOlder([p], false);
-          else this.tier.add(p);
+      const end = await readNewestFirst(this.pool, (raws) => {
+        if (!current()) return false;
+        const page: PreparedEvent[] = [];
+        let last: PreparedEvent | undefined;
+        for (const raw of raws) {
+          last = prepareHeld(raw);
+          if (!during.removed.has(last.event.id)) page.push(last);
         }
-        if (end) break;
-        const last = rows[rows.length - 1];
-        after = { createdAt: Number(last.created_at), id: last.id };
-        await new Promise((r) => setImmediate(r));
+        this.tier.addOlder(page, false);
+        if (last) this.boundary = last.event.created_at;
+        for (const p of during.waiting.values())
+          if (p.event.created_at >= this.boundary!) {
+            during.waiting.delete(p.event.id);
+            this.holdDuringFill(p);
+          }
+        return this.tier.bytes < this.budgetBytes;
+      }, undefined, this.fillBatchRows);
+      if (!current()) return;
+      if (end) {
+        this.tier.addOlder([], true);
+        for (const p of during.waiting.values()) this.tier.add(p);
       }
       this.log.info({ events: this.tier.size, megabytes: Math.round(this.tier.bytes / 2 ** 20), windowStart: this.tier.windowStart, seconds: (Date.now() - started) / 1000 }, 'hot tier filled');
     } catch (err) {
       this.log.warn({ err: (err as Error).message }, 'hot tier: fill failed; PostgreSQL answers until it is retried');
       if (generation === this.fillGeneration) setTimeout(() => this.restart(), 5000).unref();
     } finally {
-      this.removedDuringPage = this.addedDuringPage = this.boundary = undefined;
-      if (generation === this.fillGeneration) this.filling = false;
+      if (generation === this.fillGeneration) {
+        this.during = this.boundary = undefined;
+        this.filling = false;
+      }
     }
     this.evictLater();
   }

@@ -13,32 +13,28 @@ export class TagIndex {
   private readonly entries = new Map<string, TagEntry>();
 
   /**
-   * The key string an event should hold for this tag: the list's own when the value has a list, so
-   * that all its events share one string. Built by join, which gives a flat string (name + value
-   * would keep a 32-byte cons cell in front of it).
+   * Files `e` under this tag (`oldest`: the fill's way in, SortedList.addOldest) and returns the key
+   * string the event should hold: the list's own when the value has a list, so that all its events
+   * share one string. Built by join, which gives a flat string (name + value would keep a 32-byte
+   * cons cell in front of it). One lookup per tag: the fill makes millions.
    */
-  keyOf(name: string, value: string): string {
+  put(name: string, value: string, e: HeldEvent, oldest: boolean): string {
     const key = [name, value].join('');
-    const entry = this.entries.get(key);
-    return entry instanceof SortedList ? entry.key : key;
-  }
-
-  get(key: string): TagEntry | undefined {
-    return this.entries.get(key);
-  }
-
-  /** `oldest`: the fill's way in (SortedList.addOldest). */
-  add(key: string, e: HeldEvent, oldest: boolean): void {
     const entry = this.entries.get(key);
     if (entry === undefined) {
       this.entries.set(key, e);
-      return;
+      return key;
     }
     let list: SortedList;
     if (entry instanceof SortedList) list = entry;
     else this.entries.set(key, (list = new SortedList(key, entry)));
     if (oldest) list.addOldest(e);
     else list.add(e);
+    return list.key;
+  }
+
+  get(key: string): TagEntry | undefined {
+    return this.entries.get(key);
   }
 
   /** To be called once the event is dead (alive = false). */

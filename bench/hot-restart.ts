@@ -1,0 +1,190 @@
+// npm run bench:hot-restart: how soon a restarted relay answers from memory. Starts the relay (a
+// separate process, as operators run it) on an already seeded DATA_DIR (bench:seed) with a hot tier
+// large enough for the whole store, --runs times, and reports per start: seconds from the spawn
+// until it listens, until its tier holds 50 % and 90 % of what it holds at the end, and until the
+// "hot tier filled" log line (with that line's own seconds); the relay's peak RSS; and a probe that
+// sends one REQ at a time from the moment the relay listens (a recent global query and an author's
+// notes, alternately), so REQs answered during the fill, from memory or from PostgreSQL (the relay's
+// pgrelay_hot_tier_reqs_total), are counted.
+import { readFileSync } from 'node:fs';
+import path from 'node:path';
+import { parseArgs } from 'node:util';
+import WebSocket from 'ws';
+import { startRelayProcess, type RelayProcess } from './lib/relay-process.js';
+import { parsePrometheusText, total } from './lib/soak-metrics.js';
+import { ms, summarize } from './lib/stats.js';
+import { loadAverage, machineDescription } from './load/system.js';
+
+const HELP = `usage: npm run bench:hot-restart -- [options]
+
+Needs a seeded DATA_DIR (npm run bench:seed -- --events 1000000); no relay may be running on it.
+
+options:
+  --data-dir DIR   the seeded DATA_DIR (default: DATA_DIR from the environment, else ./data)
+  --budget-mb N    HOT_TIER_MB for the relay (default 1600: a million bench events and their indexes)
+  --runs N         starts, one after the other (default 2)`;
+
+const { values } = parseArgs({
+  options: {
+    'data-dir': { type: 'string' },
+    'budget-mb': { type: 'string', default: '1600' },
+    runs: { type: 'string', default: '2' },
+    help: { type: 'boolean', default: false },
+  },
+});
+if (values.help) {
+  console.log(HELP);
+  process.exit(0);
+}
+const DATA_DIR = path.resolve(values['data-dir'] ?? process.env.DATA_DIR ?? 'data');
+const sleep = (msec: number) => new Promise<void>((r) => setTimeout(r, msec));
+
+function peakRssBytes(pid: number): number | undefined {
+  try {
+    const m = /VmHWM:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
+    return m ? Number(m[1]) * 1024 : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+async function scrape(relay: RelayProcess): Promise<{ held: number; memory: number; database: number; mixed: number }> {
+  const series = parsePrometheusText(await (await fetch(relay.url.replace(/^ws/, 'http') + '/metrics')).text());
+  const value = (name: string) => total(series, name) ?? 0;
+  return {
+    held: value('pgrelay_hot_tier_events'),
+    memory: series.get('pgrelay_hot_tier_reqs_total{answered="memory"}') ?? 0,
+    database: series.get('pgrelay_hot_tier_reqs_total{answered="database"}') ?? 0,
+    mixed: series.get('pgrelay_hot_tier_reqs_total{answered="mixed"}') ?? 0,
+  };
+}
+
+/** One REQ at a time until stopped; each timed from REQ to EOSE, with the time it was sent. */
+function probe(url: string): { samples: Array<{ at: number; ms: number }>; stop: () => Promise<void> } {
+  const ws = new WebSocket(url);
+  const samples: Array<{ at: number; ms: number }> = [];
+  let running = true;
+  let n = 0;
+  let author: string | undefined;
+  const done = new Promise<void>((resolve, reject) => {
+    ws.on('error', reject);
+    ws.on('open', () => {
+      const next = () => {
+        if (!running) return resolve();
+        const sub = `p${n++}`;
+        const started = performance.now();
+        const filter = author && n % 2 === 0 ? { authors: [author], kinds: [1], limit: 20 } : { kinds: [1], limit: 50 };
+        const onMessage = (data: WebSocket.RawData) => {
+          const text = data.toString();
+          if (!author && text.startsWith('["EVENT"')) author = (JSON.parse(text)[2] as { pubkey: string }).pubkey;
+          if (!text.startsWith('["EOSE"') && !text.startsWith('["CLOSED"')) return;
+          ws.off('message', onMessage);
+          if (text.startsWith('["CLOSED"')) return reject(new Error(`probe REQ refused: ${text}`));
+          samples.push({ at: started, ms: performance.now() - started });
+          ws.send(JSON.stringify(['CLOSE', sub]));
+          setTimeout(next, 20);
+        };
+        ws.on('message', onMessage);
+        ws.send(JSON.stringify(['REQ', sub, filter]));
+      };
+      next();
+    });
+  });
+  return {
+    samples,
+    stop: async () => {
+      running = false;
+      await done;
+      ws.close();
+    },
+  };
+}
+
+interface StartResult {
+  loadBefore: number;
+  loadAfter: number;
+  listening: number;
+  half?: number;
+  ninety?: number;
+  filled?: number;
+  filledLogSeconds?: number;
+  held: number;
+  peakRssMb?: number;
+  probesDuringFill: number;
+  probeP50: number;
+  probeMax: number;
+  memory: number;
+  database: number;
+  mixed: number;
+}
+
+async function start(): Promise<StartResult> {
+  const loadBefore = loadAverage();
+  const spawned = performance.now();
+  const since = (t: number) => (t - spawned) / 1000;
+  const relay = await startRelayProcess({ DATA_DIR, HOT_TIER_MB: values['budget-mb']! });
+  try {
+    const listening = since(performance.now());
+    const p = probe(relay.url);
+    const curve: Array<{ at: number; held: number }> = [];
+    let filledAt: number | undefined;
+    for (;;) {
+      const reading = await scrape(relay);
+      curve.push({ at: performance.now(), held: reading.held });
+      const filled = relay.logs.find((l) => l.msg === 'hot tier filled' || l.msg?.toString().startsWith('hot tier: fill failed'));
+      if (filled) {
+        filledAt ??= performance.now();
+        break;
+      }
+      await sleep(100);
+    }
+    await p.stop();
+    const after = await scrape(relay);
+    const held = after.held;
+    const reached = (fraction: number) => curve.find((c) => c.held >= fraction * held)?.at;
+    const filledLine = relay.logs.find((l) => l.msg === 'hot tier filled');
+    const during = summarize(p.samples.filter((s) => s.at < filledAt!).map((s) => s.ms));
+    return {
+      loadBefore,
+      loadAfter: loadAverage(),
+      listening,
+      half: reached(0.5) && since(reached(0.5)!),
+      ninety: reached(0.9) && since(reached(0.9)!),
+      filled: since(filledAt!),
+      filledLogSeconds: filledLine?.seconds as number | undefined,
+      held,
+      peakRssMb: (peakRssBytes(relay.pid) ?? NaN) / 2 ** 20,
+      probesDuringFill: p.samples.filter((s) => s.at < filledAt!).length,
+      probeP50: during.p50,
+      probeMax: during.max,
+      memory: after.memory,
+      database: after.database,
+      mixed: after.mixed,
+    };
+  } finally {
+    await relay.stop();
+  }
+}
+
+async function main(): Promise<void> {
+  console.log(`npm run bench:hot-restart -- ${process.argv.slice(2).join(' ')}`.trim());
+  console.log(`${machineDescription()}; DATA_DIR ${DATA_DIR}`);
+  const results: StartResult[] = [];
+  for (let i = 0; i < Number(values.runs); i++) {
+    results.push(await start());
+    await sleep(2000);
+  }
+  console.log('\n| start | load avg before → after | listening s | 50 % held s | 90 % held s | filled s (log line s) | events held | peak RSS MB | probe REQs during the fill (p50 / max ms) | REQs: memory / mixed / database |');
+  console.log('|---:|---|---:|---:|---:|---|---:|---:|---|---|');
+  results.forEach((r, i) => {
+    const s = (x: number | undefined) => (x === undefined ? '–' : x.toFixed(1));
+    console.log(
+      `| ${i + 1} | ${r.loadBefore.toFixed(2)} → ${r.loadAfter.toFixed(2)} | ${s(r.listening)} | ${s(r.half)} | ${s(r.ninety)} | ${s(r.filled)} (${s(r.filledLogSeconds)}) | ${r.held} | ${Math.round(r.peakRssMb ?? NaN)} | ${r.probesDuringFill} (${ms(r.probeP50)} / ${ms(r.probeMax)}) | ${r.memory} / ${r.mixed} / ${r.database} |`,
+    );
+  });
+}
+
+main().catch((err) => {
+  console.error(`error: ${err instanceof Error ? err.message : String(err)}`);
+  process.exit(1);
+});
