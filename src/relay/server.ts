@@ -37,6 +37,7 @@ import { metricsRoute } from './http/metrics.js';
 import { NegentropyBudget } from './negentropy-budget.js';
 import { WebhookWorker, type QueueSample } from './webhooks.js';
 import { relayEndpoint, relayInformation } from './http/nip11.js';
+import { Heartbeat } from './heartbeat.js';
 import { HttpRouter, pathOf } from './http/router.js';
 import { statusPageHandler, statusRoutes } from './http/status.js';
 import { StatusSampler } from './status.js';
@@ -234,7 +235,7 @@ export async function startRelay(config: Config, db: PrimaryDatabase, log: Logge
   const wss = new WebSocketServer({ noServer: true, maxPayload: limits.maxMessageBytes * 2, perMessageDeflate: false });
   // Under WORKERS, which process took a connection (tests and benchmarks tell the workers apart).
   if (cluster.isWorker) wss.on('headers', (headers) => headers.push(`X-Relay-Process: ${process.pid}`));
-  const alive = new WeakSet<WebSocket>();
+  const heartbeat = new Heartbeat<WebSocket>(HEARTBEAT_MS).start();
   let warnedForwarded = false;
   // Blocked addresses (NIP-86 blockip): refused at the upgrade, and closed when they are blocked.
   let blocked: AddressList = addressList([]);
@@ -281,8 +282,7 @@ export async function startRelay(config: Config, db: PrimaryDatabase, log: Logge
   function accept(ws: WebSocket, req: IncomingMessage, socket: Duplex, address: string): void {
     const connection = new Connection(ws, ctx, { address, relay: relayOf(req, config.RELAY_URL) }, socket);
     connections.set(ws, connection);
-    alive.add(ws);
-    ws.on('pong', () => alive.add(ws));
+    heartbeat.add(ws);
     ws.on('message', (data) => {
       connection.onMessage(toBuffer(data)).catch((err) => {
         log.error({ err: (err as Error).message, stack: (err as Error).stack }, 'message handling failed');
@@ -292,19 +292,10 @@ export async function startRelay(config: Config, db: PrimaryDatabase, log: Logge
     ws.on('close', () => {
       connection.dispose();
       connections.delete(ws);
+      heartbeat.remove(ws);
     });
     ws.on('error', (err) => log.debug({ err: err.message, remote: connection.remote }, 'socket error'));
   }
-
-  const heartbeat = setInterval(() => {
-    for (const ws of connections.keys()) {
-      if (!alive.has(ws)) ws.terminate();
-      else {
-        alive.delete(ws);
-        ws.ping();
-      }
-    }
-  }, HEARTBEAT_MS);
 
   const sweepExpired = async () => {
     try {
@@ -334,7 +325,7 @@ export async function startRelay(config: Config, db: PrimaryDatabase, log: Logge
     const pluginClosed = writePlugin?.close();
     moderation.stop();
     status?.stop();
-    clearInterval(heartbeat);
+    heartbeat.stop();
     clearInterval(sweep);
     stopRetention();
     const stopped = new Promise<void>((resolve) => http.close(() => resolve()));
