@@ -5,7 +5,6 @@ package main
 // source address, and JSON lines on stdout for the orchestrator (bench/relay-mix.ts).
 
 import (
-	"context"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
@@ -161,7 +160,7 @@ func dialer(source string, timeout time.Duration) *websocket.Dialer {
 		nd.LocalAddr = &net.TCPAddr{IP: net.ParseIP(source)}
 	}
 	return &websocket.Dialer{
-		NetDialContext:   func(ctx context.Context, network, addr string) (net.Conn, error) { return nd.DialContext(ctx, network, addr) },
+		NetDialContext:   nd.DialContext,
 		HandshakeTimeout: timeout,
 		ReadBufferSize:   1024,
 		WriteBufferSize:  1024,

@@ -14,10 +14,10 @@ import (
 
 // Sub is one live subscription: a NIP-01 filter with `since` at the moment it was opened.
 type Sub struct {
-	Kinds   []int // empty: any kind
-	Authors []int // author indices; nil: any author
-	P       []int // #p: author indices
-	T       []int // #t: hashtag indices
+	Kinds   []int  // empty: any kind
+	Authors []int  // author indices; nil: any author
+	P       []int  // #p: author indices
+	T       []int  // #t: hashtag indices
 	E       string // #e: an id nobody publishes (a thread that stays quiet)
 	Since   int64
 }

@@ -58,9 +58,9 @@ func TestSignedEventVerifies(t *testing.T) {
 	}
 	var ev struct {
 		ID, Pubkey, Content, Sig string
-		CreatedAt               int64 `json:"created_at"`
-		Kind                    int
-		Tags                    [][]string
+		CreatedAt                int64 `json:"created_at"`
+		Kind                     int
+		Tags                     [][]string
 	}
 	if err := json.Unmarshal(m[1], &ev); err != nil {
 		t.Fatal(err)

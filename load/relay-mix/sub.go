@@ -42,13 +42,13 @@ type subscriber struct {
 	authors, tags     int
 	pubkeys           []string
 
-	state  []atomic.Int32
-	since  []int64
-	eose   []atomic.Int32
-	nsubs  []uint8
+	state                                                             []atomic.Int32
+	since                                                             []int64
+	eose                                                              []atomic.Int32
+	nsubs                                                             []uint8
 	opened, failed, retries, ready, dropped, closed, notices, initial atomic.Int64
-	finishing                                                      atomic.Bool
-	closedSample, noticeSample, failSample                         atomic.Value
+	finishing                                                         atomic.Bool
+	closedSample, noticeSample, failSample                            atomic.Value
 
 	mu         sync.Mutex
 	deliveries []delivery
@@ -215,6 +215,16 @@ func subIndex(msg, prefix []byte) int {
 func (s *subscriber) read(c *websocket.Conn, i int) {
 	nsubs := int32(s.nsubs[i])
 	var eosed uint16 // bit j: subscription j has had its EOSE
+	// The stored part of subscription j is over (EOSE, or CLOSED: no EOSE will come); all of them
+	// over makes the connection live.
+	settle := func(j int) {
+		if j < 16 && eosed&(1<<j) == 0 {
+			eosed |= 1 << j
+			if s.eose[i].Add(1) == nsubs {
+				s.ready.Add(1)
+			}
+		}
+	}
 	for {
 		_, msg, err := c.ReadMessage()
 		now := time.Now().UnixNano()
@@ -244,25 +254,13 @@ func (s *subscriber) read(c *websocket.Conn, i int) {
 			s.deliveries = append(s.deliveries, delivery{key: key, recv: now, conn: uint32(i), sub: uint8(j)})
 			s.mu.Unlock()
 		case bytes.HasPrefix(msg, prefixEose):
-			j := subIndex(msg, prefixEose)
-			if j < 16 && eosed&(1<<j) == 0 {
-				eosed |= 1 << j
-				if s.eose[i].Add(1) == nsubs {
-					s.ready.Add(1)
-				}
-			}
+			settle(subIndex(msg, prefixEose))
 		case bytes.HasPrefix(msg, prefixClosed):
-			// The relay ended a subscription: it counts as done for the ramp (no EOSE will come), and
-			// every event it should have carried from now on as missed.
+			// The relay ended a subscription: it counts as done for the ramp, and every event it
+			// should have carried from now on as missed.
 			s.closed.Add(1)
 			s.closedSample.Store(string(msg))
-			j := subIndex(msg, prefixClosed)
-			if j < 16 && eosed&(1<<j) == 0 {
-				eosed |= 1 << j
-				if s.eose[i].Add(1) == nsubs {
-					s.ready.Add(1)
-				}
-			}
+			settle(subIndex(msg, prefixClosed))
 		case bytes.HasPrefix(msg, prefixNotice):
 			s.notices.Add(1)
 			s.noticeSample.Store(string(msg))

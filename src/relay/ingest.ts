@@ -10,7 +10,6 @@ import { checkWrite } from '../policy/policy.js';
 import type { Session } from '../policy/session.js';
 import { connectionSource, rejectionReason } from '../policy/write-plugin.js';
 import { prepareEvent } from '../store/prepared-event.js';
-import { withTransaction } from '../store/write.js';
 import { WriterBusyError } from '../store/writer.js';
 import { nowSeconds, type RelayContext } from './context.js';
 
@@ -41,18 +40,12 @@ export async function ingestEvent(ctx: RelayContext, session: Session, input: un
 
   const prepared = prepareEvent(event);
   if (isEphemeral(event.kind)) {
-    // Webhooks: queued before the OK, in a transaction of its own, when this process knows of any
-    // endpoint (as of its last write: an endpoint added since applies from the next stored batch).
-    if (ctx.outbox.size > 0) {
-      try {
-        await withTransaction(ctx.pool, async (client) => {
-          await ctx.outbox.prepare(client);
-          await ctx.outbox.enqueue(client, [prepared]);
-        });
-      } catch (err) {
-        ctx.log.error({ err: (err as Error).message, id: event.id }, 'queueing webhooks for an ephemeral event failed');
-        return refuse(reason.error('could not pass the event on, try again later'));
-      }
+    // Webhooks: queued before the OK.
+    try {
+      await ctx.outbox.enqueueEphemeral(ctx.pool, prepared);
+    } catch (err) {
+      ctx.log.error({ err: (err as Error).message, id: event.id }, 'queueing webhooks for an ephemeral event failed');
+      return refuse(reason.error('could not pass the event on, try again later'));
     }
     ctx.changes.publish({ type: 'ephemeral', event: prepared, source: 'local' });
     return { id: event.id, accepted: true, reason: '' };

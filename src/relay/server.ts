@@ -27,7 +27,7 @@ import { ReadRouter } from '../store/replicas.js';
 import { deleteExpiredEvents } from '../store/expiry.js';
 import { ModerationWatch } from '../store/moderation.js';
 import { startRetention } from '../store/retention.js';
-import { EventWriter } from '../store/writer.js';
+import { EventWriter, writerLimits } from '../store/writer.js';
 import { addressList, clientAddress, trustedProxies, type AddressList } from './client-address.js';
 import { Connection } from './connection.js';
 import { nowSeconds, type RelayContext } from './context.js';
@@ -154,9 +154,7 @@ export async function startRelay(config: Config, db: PrimaryDatabase, log: Logge
     log,
   ).start();
   const writer = new EventWriter(pool, log, {
-    maxBatch: config.WRITE_BATCH_SIZE,
-    maxQueue: config.WRITE_QUEUE_MAX,
-    concurrency: config.WRITE_CONCURRENCY,
+    ...writerLimits(config),
     changes,
     own: feed,
     relay: policy.relay,

@@ -89,6 +89,19 @@ export class WebhookOutbox implements Outbox {
     ]);
     return endpointIds.length;
   }
+
+  /**
+   * An ephemeral event's deliveries, in a transaction of their own (it is never stored, so no write
+   * batch carries them), when this outbox knows of any endpoint (as of its last batch: an endpoint
+   * added since applies from the next stored batch).
+   */
+  async enqueueEphemeral(pool: pg.Pool, event: PreparedEvent): Promise<void> {
+    if (this.endpoints.length === 0) return;
+    await withTransaction(pool, async (client) => {
+      await this.prepare(client);
+      await this.enqueue(client, [event]);
+    });
+  }
 }
 
 /**

@@ -2,6 +2,7 @@
 // one fsync acknowledges many events (../shared/perf-notes.md: ~270 events/s with a commit per event,
 // ~8,800/s in batches). Each caller's promise settles only after its batch has committed.
 import type pg from 'pg';
+import type { Config } from '../config.js';
 import type { Logger } from '../log.js';
 import { inSqlStateClass } from './pg-errors.js';
 import type { PreparedEvent, WriteResult } from './prepared-event.js';
@@ -47,6 +48,11 @@ export interface WriterOptions {
   outbox?: Outbox;
   /** Told each transaction's size and time, committed or not (metrics). */
   onBatch?: (batch: { events: number; seconds: number; committed: boolean }) => void;
+}
+
+/** The batching limits as configured (WRITE_BATCH_SIZE, WRITE_QUEUE_MAX, WRITE_CONCURRENCY). */
+export function writerLimits(config: Pick<Config, 'WRITE_BATCH_SIZE' | 'WRITE_QUEUE_MAX' | 'WRITE_CONCURRENCY'>): Pick<WriterOptions, 'maxBatch' | 'maxQueue' | 'concurrency'> {
+  return { maxBatch: config.WRITE_BATCH_SIZE, maxQueue: config.WRITE_QUEUE_MAX, concurrency: config.WRITE_CONCURRENCY };
 }
 
 export class EventWriter {

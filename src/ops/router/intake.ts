@@ -15,7 +15,6 @@ import { checkWrite } from '../../policy/policy.js';
 import { importSession } from '../../policy/session.js';
 import type { PluginSource, PluginVerdict, WritePlugin } from '../../policy/write-plugin.js';
 import { prepareEvent } from '../../store/prepared-event.js';
-import { withTransaction } from '../../store/write.js';
 import { WriterBusyError } from '../../store/writer.js';
 import type { RouterHost } from './host.js';
 import type { DownOutcome } from './metrics.js';
@@ -110,13 +109,9 @@ export class Intake {
     const prepared = prepareEvent(event);
     if (isEphemeral(event.kind)) {
       const { outbox, pool, changes } = this.host;
-      if (outbox.size > 0)
-        await withTransaction(pool, async (client) => {
-          await outbox.prepare(client);
-          await outbox.enqueue(client, [prepared]);
-        }).catch((err) => {
-          throw new IntakeError(`could not queue webhooks for an ephemeral event: ${(err as Error).message}`);
-        });
+      await outbox.enqueueEphemeral(pool, prepared).catch((err) => {
+        throw new IntakeError(`could not queue webhooks for an ephemeral event: ${(err as Error).message}`);
+      });
       changes.publish({ type: 'ephemeral', event: prepared, source: 'local' });
       return { outcome: 'stored', event };
     }

@@ -8,13 +8,13 @@ import type { Config } from '../../config.js';
 import type { Logger } from '../../log.js';
 import { SignatureVerifier } from '../../nostr/verifier.js';
 import { policyFrom } from '../../policy/policy.js';
-import { WritePlugin } from '../../policy/write-plugin.js';
 import { ChangeStream } from '../../store/changes.js';
 import type { Database } from '../../store/database.js';
 import { ChangeFeed } from '../../store/feed.js';
 import { ModerationWatch } from '../../store/moderation.js';
 import { WebhookOutbox } from '../../store/outbox.js';
-import { EventWriter } from '../../store/writer.js';
+import { EventWriter, writerLimits } from '../../store/writer.js';
+import { importWritePlugin } from '../import-plugin.js';
 import type { RouterHost } from './host.js';
 
 export interface StandaloneHost extends RouterHost {
@@ -30,17 +30,13 @@ export async function openStandaloneHost(config: Config, db: Database, log: Logg
   const verifier = new SignatureVerifier(config.VERIFY_THREADS);
   const outbox = new WebhookOutbox();
   const writer = new EventWriter(pool, log, {
-    maxBatch: config.WRITE_BATCH_SIZE,
-    maxQueue: config.WRITE_QUEUE_MAX,
-    concurrency: config.WRITE_CONCURRENCY,
+    ...writerLimits(config),
     changes,
     own: feed,
     relay: policy.relay,
     outbox,
   });
-  const writePlugin = config.WRITE_POLICY_PLUGIN
-    ? new WritePlugin(config.WRITE_POLICY_PLUGIN, { timeoutMs: config.WRITE_POLICY_TIMEOUT_MS, log, maxQueued: Infinity }).start()
-    : undefined;
+  const writePlugin = importWritePlugin(config.WRITE_POLICY_PLUGIN, config.WRITE_POLICY_TIMEOUT_MS, log);
   return {
     pool,
     log,

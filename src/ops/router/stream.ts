@@ -3,9 +3,10 @@
 // processes, other streams) that its filter matches and pluginUp passes is offered to each open
 // link, which sends it unless it came from that very remote.
 import { toMatchable } from '../../nostr/filter.js';
-import { WritePlugin } from '../../policy/write-plugin.js';
+import type { WritePlugin } from '../../policy/write-plugin.js';
 import type { Change } from '../../store/changes.js';
 import type { PreparedEvent } from '../../store/prepared-event.js';
+import { importWritePlugin } from '../import-plugin.js';
 import type { StreamConfig } from './config.js';
 import { Intake, pluginVerdict, type StreamGate } from './intake.js';
 import { Link, storedSource, type LinkOwner, type RouterRuntime } from './link.js';
@@ -79,10 +80,8 @@ export class Stream implements LinkOwner {
   }
 
   private plugin(command: string | undefined, role: string): WritePlugin | undefined {
-    if (!command) return undefined;
-    const log = this.rt.log.child({ stream: this.config.name, plugin: role });
     // The links bound what they hand it (backpressure), so it queues rather than answer busy.
-    return new WritePlugin(command, { timeoutMs: this.rt.host.pluginTimeoutMs, log, maxQueued: Infinity }).start();
+    return importWritePlugin(command, this.rt.host.pluginTimeoutMs, this.rt.log.child({ stream: this.config.name, plugin: role }));
   }
 
   private onChange(change: Change): void {
