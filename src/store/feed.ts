@@ -183,6 +183,9 @@ export class ChangeFeed implements OwnTransactions {
     this.done.delete(t);
     // Already below the horizon (it did commit, and a read has passed it): read it on its own.
     if (t < this.horizon) this.released.add(t);
+    // Otherwise the next read from the horizon finds it, if it committed, but only a full read: it
+    // may have ended before the last snapshot, which then looks unchanged (its NOTIFY was skipped).
+    else this.notified = true;
     this.requestRead();
   }
 

@@ -177,6 +177,31 @@ describe('ChangeFeed', () => {
     }
   });
 
+  it('announces a released transaction that a read has not passed, though nothing ended since the last snapshot', async () => {
+    const { ids } = await startFeed();
+    // An older transaction left open holds the horizon below the claimed one.
+    const holder = await db.pool.connect();
+    const client = await db.pool.connect();
+    try {
+      await holder.query('BEGIN');
+      await holder.query('SELECT pg_current_xact_id()');
+      await client.query('BEGIN');
+      const id = await insert(client);
+      const { rows } = await client.query<{ txid: string }>('SELECT pg_current_xact_id()::text AS txid');
+      feed!.claim(rows[0].txid);
+      await client.query('COMMIT');
+      await settle();
+      expect(ids()).toEqual([]);
+      feed!.release(rows[0].txid);
+      await until(() => ids().length === 1, 'the released transaction');
+      expect(ids()).toEqual([id]);
+    } finally {
+      await holder.query('ROLLBACK');
+      holder.release();
+      client.release();
+    }
+  });
+
   it('asks only for the snapshot while no transaction has ended, and reads in full once one has, NOTIFY or not', async () => {
     const { removedIds, reads } = await startFeed(undefined, { removals: true });
     await settle();
