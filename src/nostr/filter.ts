@@ -138,10 +138,15 @@ export function matchesNothing(f: Filter): boolean {
   );
 }
 
+/** An event's indexed tags as name + value strings (the name is one character): a Set of them, or the hot tier's held event. */
+export interface TagKeys extends Iterable<string> {
+  has(key: string): boolean;
+}
+
 /** The facts of an event that live matching needs, computed once per event. */
 export interface MatchableEvent {
   event: NostrEvent;
-  tagKeys: Set<string>; // name + value of each indexed tag: the name is one character
+  tagKeys: TagKeys;
   /** Its search words, worked out the first time a search filter asks (null: none). */
   searchDocument?: SearchDocument | null;
 }

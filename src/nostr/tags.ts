@@ -18,20 +18,28 @@ export function isIndexableTagName(name: string): boolean {
 }
 
 export function isIndexableTagValue(value: string): boolean {
-  return Buffer.byteLength(value, 'utf8') <= MAX_INDEXED_TAG_VALUE_BYTES && !value.includes('\u0000');
+  // A UTF-16 code unit is at most 3 bytes of UTF-8: a short value needs no count.
+  return (value.length * 3 <= MAX_INDEXED_TAG_VALUE_BYTES || Buffer.byteLength(value, 'utf8') <= MAX_INDEXED_TAG_VALUE_BYTES) && !value.includes('\u0000');
 }
+
+/** Tags up to this many are deduplicated by comparing pairs; more, by a Set of keys. */
+const DEDUPE_BY_SCAN = 16;
 
 /** Distinct (name, value) pairs of single-letter tags: only the first value (element 1) counts. */
 export function indexedTags(tags: readonly Tag[]): Array<[string, string]> {
-  const seen = new Set<string>();
   const out: Array<[string, string]> = [];
+  // Most events have a few tags: comparing them pairwise builds no key string per tag (the hot
+  // tier's fill prepares a million events this way).
+  const seen = tags.length > DEDUPE_BY_SCAN ? new Set<string>() : undefined;
   for (const tag of tags) {
     if (tag.length < 2) continue;
     const [name, value] = tag;
     if (!isIndexableTagName(name) || !isIndexableTagValue(value)) continue;
-    const key = name + '\u0000' + value;
-    if (seen.has(key)) continue;
-    seen.add(key);
+    if (seen) {
+      const key = name + '\u0000' + value;
+      if (seen.has(key)) continue;
+      seen.add(key);
+    } else if (out.some((pair) => pair[0] === name && pair[1] === value)) continue;
     out.push([name, value]);
   }
   return out;

@@ -118,6 +118,24 @@ describe('choosing the index', () => {
   });
 });
 
+  it('checks a tag the chosen list does not ensure on every held event, with few tags or with many', () => {
+    // A follow list's 40 p tags are matched through a Set, a note's two by comparing them; the tag
+    // list of `#p` is larger than ALICE's own, so ALICE's list is read and each event's tags checked.
+    const others = Array.from({ length: 40 }, (_, i) => idOf(7000 + i));
+    const mine = [
+      event({ pubkey: ALICE, kind: 3, created_at: BASE_TIME + 1, tags: others.map((p) => ['p', p]) }),
+      event({ pubkey: ALICE, kind: 1, created_at: BASE_TIME + 2, tags: [['p', others[39]], ['t', 'x']] }),
+      event({ pubkey: ALICE, kind: 1, created_at: BASE_TIME + 3, tags: [['e', others[39]]] }),
+    ];
+    const crowd = Array.from({ length: 20 }, (_, i) => event({ pubkey: BOB, created_at: BASE_TIME + 10 + i, tags: [['p', others[39]], ['p', others[0]]] }));
+    const t = wholeStore([...mine, ...crowd]);
+    expect(answerIds(t, { authors: [ALICE], '#p': [others[39]] })).toEqual([mine[1].id, mine[0].id]);
+    expect(answerIds(t, { authors: [ALICE], '#p': [others[0]] })).toEqual([mine[0].id]);
+    expect(answerIds(t, { authors: [ALICE], '#p': [idOf(9999)] })).toEqual([]);
+    expect(answerIds(t, { authors: [ALICE], '#e': [others[39]] })).toEqual([mine[2].id]);
+    expect(answerIds(t, { authors: [ALICE], '#t': ['x', 'y'] })).toEqual([mine[1].id]);
+  });
+
 describe('replaceable and addressable events', () => {
   it('a newer version replaces the held one', () => {
     const old = event({ kind: 0, created_at: BASE_TIME });

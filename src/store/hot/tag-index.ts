@@ -1,6 +1,8 @@
-// The hot tier's tag lists, by tag name + value (the MatchableEvent tagKeys form). Most values are
-// seen on one held event only (the `e` of a reply, a zapped note): such a value maps to the event
-// itself, not to a list, which saves about 110 bytes per value; a second event makes it a list.
+// The hot tier's tag lists, by tag name, then value. Most values are seen on one held event only
+// (the `e` of a reply, a zapped note): such a value maps to the event itself, not to a list, which
+// saves about 110 bytes per value; a second event makes it a list. Keyed by the value itself (no
+// name + value string per tag): the fill files millions without building a key for each, and a
+// filter's values, hashed once when it was parsed, are looked up as they are.
 import type { HeldEvent } from './held-event.js';
 import { SortedList } from './sorted-list.js';
 
@@ -10,42 +12,51 @@ export type TagEntry = SortedList | HeldEvent;
 export const entrySize = (entry: TagEntry): number => (entry instanceof SortedList ? entry.size : 1);
 
 export class TagIndex {
-  private readonly entries = new Map<string, TagEntry>();
+  /** By tag name (one letter), then value. */
+  private readonly names = new Map<string, Map<string, TagEntry>>();
 
   /**
-   * Files `e` under this tag (`oldest`: the fill's way in, SortedList.addOldest) and returns the key
-   * string the event should hold: the list's own when the value has a list, so that all its events
-   * share one string. Built by join, which gives a flat string (name + value would keep a 32-byte
-   * cons cell in front of it). One lookup per tag: the fill makes millions.
+   * Files `e` under this tag (`oldest`: the fill's way in, SortedList.addOldest) and returns the
+   * value string the event should hold: the list's own when the value has a list, so that all its
+   * events share one string.
    */
   put(name: string, value: string, e: HeldEvent, oldest: boolean): string {
-    const key = [name, value].join('');
-    const entry = this.entries.get(key);
+    let values = this.names.get(name);
+    if (values === undefined) this.names.set(name, (values = new Map()));
+    const entry = values.get(value);
     if (entry === undefined) {
-      this.entries.set(key, e);
-      return key;
+      values.set(value, e);
+      return value;
     }
     let list: SortedList;
     if (entry instanceof SortedList) list = entry;
-    else this.entries.set(key, (list = new SortedList(key, entry)));
+    else values.set(value, (list = new SortedList(tagValueOf(entry, name, value), entry)));
     if (oldest) list.addOldest(e);
     else list.add(e);
     return list.key;
   }
 
-  get(key: string): TagEntry | undefined {
-    return this.entries.get(key);
+  get(name: string, value: string): TagEntry | undefined {
+    return this.names.get(name)?.get(value);
   }
 
   /** To be called once the event is dead (alive = false). */
-  remove(key: string, e: HeldEvent): void {
-    const entry = this.entries.get(key);
+  remove(name: string, value: string, e: HeldEvent): void {
+    const values = this.names.get(name);
+    const entry = values?.get(value);
     if (entry === e) {
-      this.entries.delete(key);
+      values!.delete(value);
     } else if (entry instanceof SortedList) {
       entry.dead++;
       entry.tidy();
-      if (entry.size === 0) this.entries.delete(key);
+      if (entry.size === 0) values!.delete(value);
     }
   }
+}
+
+/** The value string `e` holds for this tag (the index's key for it): the new list shares it. */
+function tagValueOf(e: HeldEvent, name: string, value: string): string {
+  const pairs = e.tagPairs;
+  for (let i = 0; i < pairs.length; i += 2) if (pairs[i] === name && pairs[i + 1] === value) return pairs[i + 1]!;
+  return value;
 }

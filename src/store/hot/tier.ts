@@ -7,7 +7,7 @@
 // The window: every stored event with created_at >= windowStart is held. A filter's answer is exact
 // when it is complete before the walk reaches below windowStart (its `limit` is reached, or its
 // `since` is at or above windowStart), or when every event it names by id is held.
-import { compileFilter, conditionKeys, matchesNothing, type Filter, type Matcher } from '../../nostr/filter.js';
+import { compileFilter, matchesNothing, type Filter, type Matcher } from '../../nostr/filter.js';
 import { isReplaceable } from '../../nostr/kinds.js';
 import type { PreparedEvent } from '../prepared-event.js';
 import type { StoredRow } from '../read.js';
@@ -27,28 +27,27 @@ const MAX_AUTHOR_KIND_PAIRS = 4096;
 /**
  * Estimated heap bytes of one held event, measured on Node 20 x64 (8-byte pointers): 350 for the
  * HeldEvent, its id, its Map entry and its slots in the all, kind, author and author+kind lists;
- * the raw JSON; with indexed tags, 150 for the tagKeys Set and about 120 per tag. A tag value other
- * events have too costs ~11 bytes (a slot in its list), one only this event has ~130 (its key string
- * and Map entry), and in a real corpus most are the latter (a reply's `e`, a mention's `p`): 120
- * brings the estimate near what `npm run bench:hot-memory` measures on the 1M bench corpus
- * (1,352–1,396 bytes per event, 627-character JSON, 2 tags; 50 per tag estimated 11 % less), and
- * errs high where values are shared. Events the fill brings keep their id as a slice of raw
- * (fill.ts), ~50 bytes less: 1,282 measured, 1,346 estimated.
+ * the raw JSON; with indexed tags, 70 for the array of their names and values and about 120 per
+ * tag. A tag value other events have too costs ~11 bytes (a slot in its list), one only this event
+ * has ~130 (its value string and Map entry), and in a real corpus most are the latter (a reply's
+ * `e`, a mention's `p`): 120 errs high where values are shared. Events the fill brings keep their id
+ * as a slice of raw (fill.ts). `npm run bench:hot-memory` on the 1M bench corpus (627-character
+ * JSON, 2 tags): 1,200 bytes per event measured for 300,000 events, 1,293 estimated.
  */
 const EVENT_BYTES = 350;
-const TAG_SET_BYTES = 150;
+const TAG_ARRAY_BYTES = 70;
 const TAG_BYTES = 120;
 
 export function heldBytes(raw: string, tagCount: number, rawBytes = Buffer.byteLength(raw, 'utf8')): number {
   // V8 keeps a string of Latin-1 characters at one byte each, any other at two: non-ASCII is
   // counted as two.
   const charBytes = rawBytes === raw.length ? 1 : 2;
-  return EVENT_BYTES + charBytes * raw.length + (tagCount > 0 ? TAG_SET_BYTES + TAG_BYTES * tagCount : 0);
+  return EVENT_BYTES + charBytes * raw.length + (tagCount > 0 ? TAG_ARRAY_BYTES + TAG_BYTES * tagCount : 0);
 }
 
 /** What holding this event added to HotTier.bytes. */
 function bytesOf(e: HeldEvent): number {
-  return heldBytes(e.raw, e.tagKeys.size, e.rawBytes);
+  return heldBytes(e.raw, e.tagPairs.length / 2, e.rawBytes);
 }
 
 /** A flat copy of a string, sharing no memory with the one it came from (a slice keeps its whole source). */
@@ -56,8 +55,8 @@ function ownString(s: string): string {
   return Buffer.from(s, 'utf8').toString('utf8');
 }
 
-/** One Set for every event without indexed tags (about 150 bytes each otherwise); never added to. */
-const NO_TAG_KEYS: Set<string> = new Set();
+/** One array for every event without indexed tags; never added to. */
+const NO_TAG_PAIRS: string[] = Object.freeze([]) as unknown as string[];
 
 /** Where candidates are read from: an index list, or one event (a replaceable version, a tag value held on one event only). */
 type Source = SortedList | HeldEvent;
@@ -240,8 +239,8 @@ export class HotTier {
       const pubkey = ownString(event.pubkey);
       this.byAuthor.set(pubkey, (author = new AuthorList(pubkey)));
     }
-    const tagKeys = p.tags.length === 0 ? NO_TAG_KEYS : new Set<string>();
-    const e = new HeldEvent(event.id, author.key, event.created_at, event.kind, p.raw, tagKeys, p.expiresAt, key, Buffer.byteLength(p.raw, 'utf8'));
+    const pairs = p.tags.length === 0 ? NO_TAG_PAIRS : new Array<string>(2 * p.tags.length);
+    const e = new HeldEvent(event.id, author.key, event.created_at, event.kind, p.raw, pairs, p.expiresAt, key, Buffer.byteLength(p.raw, 'utf8'));
     this.byId.set(e.id, e);
     if (key !== null) this.byKey.set(key, e);
     if (p.kindClass === 'replaceable') {
@@ -254,7 +253,11 @@ export class HotTier {
     put(author, e, oldest);
     putIn(author.byKind, e.kind, e, oldest);
     putIn(this.byKind, e.kind, e, oldest);
-    for (const [name, value] of p.tags) tagKeys.add(this.byTag.put(name, value, e, oldest));
+    for (let i = 0; i < p.tags.length; i++) {
+      const [name, value] = p.tags[i]!;
+      pairs[2 * i] = name;
+      pairs[2 * i + 1] = this.byTag.put(name, value, e, oldest);
+    }
     this.heldBytesTotal += bytesOf(e);
   }
 
@@ -275,7 +278,8 @@ export class HotTier {
     releaseIn(author.byKind, e.kind);
     if (release(author)) this.byAuthor.delete(e.pubkey);
     releaseIn(this.byKind, e.kind);
-    for (const tagKey of e.tagKeys) this.byTag.remove(tagKey, e);
+    const pairs = e.tagPairs;
+    for (let i = 0; i < pairs.length; i += 2) this.byTag.remove(pairs[i]!, pairs[i + 1]!, e);
   }
 
   private oldest(): HeldEvent | undefined {
@@ -370,8 +374,8 @@ export class HotTier {
     for (const t of f.tags) {
       if (bestSize === 0) break;
       const entries: Source[] = [];
-      for (const key of conditionKeys(t)) {
-        const entry = this.byTag.get(key);
+      for (const value of t.values) {
+        const entry = this.byTag.get(t.name, value);
         if (entry) entries.push(entry);
       }
       consider(entries, sizeOf(entries), () => ({ ...f, tags: f.tags.filter((other) => other !== t) }));
