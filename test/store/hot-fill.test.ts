@@ -21,7 +21,8 @@ import { HotTier } from '../../src/store/hot/tier.js';
 import { prepareEvent, prepareStored } from '../../src/store/prepared-event.js';
 import { createTestDatabase } from '../support/database.js';
 import { until } from '../support/wait.js';
-import { BASE_TIME, eventArb, eventsArb, expirationsAround, filtersArb, insertAll, parseAll, referenceStored, resultOrder, storeReq, TIME_SPAN, type RawFilter } from './nip01-reference.js';
+import { isReplaceable } from '../../src/nostr/kinds.js';
+import { BASE_TIME, eventArb, eventsArb, expirationsAround, filtersArb, insertAll, parseAll, PUBKEYS, referenceStored, resultOrder, storeReq, TIME_SPAN, type RawFilter } from './nip01-reference.js';
 
 const NOW = BASE_TIME + 20;
 const LIMITS: FilterLimits = { maxValuesPerArray: 1000, defaultLimit: 25, maxLimit: 60 };
@@ -196,6 +197,55 @@ describe('what other writers do while the fill reads', () => {
         if (filters.length === 1 && fromReference[0]) expect(answer).toEqual(ids(fromReference[0]));
       }
       expect(service.stats.memory).toBeGreaterThan(0);
+    } finally {
+      service?.stop();
+      await feed.stop();
+    }
+  }, 120_000);
+
+  it('answers authors × replaceable kinds from memory while the newest-first pass reads, through new versions and deletions', async () => {
+    await db.pool.query('TRUNCATE events, event_tags');
+    const [initial, later] = fc.sample(eventsArb(expirationsAround(NOW), 240, 240), { seed: 20261130, numRuns: 2 });
+    await insertAll(db.pool, initial, 8);
+    const versions = later.filter((e) => isReplaceable(e.kind)); // newer and older than those stored
+    const changes = new ChangeStream();
+    const feed = await new ChangeFeed(db.url, db.pool, changes, log, { removals: true, pollMs: 50 }).start();
+    let service: HotTierService | undefined;
+    const windows: number[] = [];
+    let asked = 0;
+    let fromMemory = 0;
+    const between = async (batch: number) => {
+      const s = service!;
+      // The newest-first pass, part read (the first pass over replaceable events reads with the window at Infinity).
+      if (s.current.windowStart === Infinity || batch % 3 !== 1) return;
+      windows.push(s.current.windowStart);
+      await insertAll(db.pool, versions.splice(0, 6), 2);
+      const { rows } = await db.pool.query<{ id: Buffer }>('SELECT id FROM events WHERE kind IN (0, 3) ORDER BY md5(id::text || $1) LIMIT 1', [String(batch)]);
+      await db.pool.query('DELETE FROM events WHERE id = ANY($1::bytea[])', [rows.map((r) => r.id)]);
+      await s.fresh();
+      for (const kinds of [[0], [3], [0, 3, 10002]]) {
+        const filters: RawFilter[] = [{ authors: PUBKEYS, kinds }];
+        const before = s.stats.memory;
+        expect(await tierReq(s, filters)).toEqual(ids(await storeReq(db.pool, filters, NOW, LIMITS)));
+        asked++;
+        fromMemory += s.stats.memory - before;
+      }
+    };
+    try {
+      service = new HotTierService(pausingPool(db.pool, between), changes, feed, log, 64 * 2 ** 20, 2000, 5).start();
+      await until(() => !service!.current.filling, 'the tier filled', 60_000);
+      await service.fresh();
+      expect(Math.min(...windows)).toBeGreaterThan(BASE_TIME); // asked before the window reached the oldest events
+      expect(asked).toBeGreaterThanOrEqual(9);
+      expect(fromMemory).toBe(asked);
+      const { rows } = await db.pool.query<{ raw: string }>('SELECT raw FROM events ORDER BY created_at DESC, id');
+      const reference = new HotTier({ budgetBytes: Infinity });
+      reference.addOlder(rows.map((r) => prepareStored(r.raw, false)), true);
+      expect(service.current.events).toBe(rows.length);
+      expect(service.current.bytes).toBe(reference.bytes);
+      const idPool = rows.map((r) => prepareStored(r.raw, false).event.id);
+      for (const filters of fc.sample(filtersArb(idPool), { seed: 13, numRuns: 200 }))
+        expect(await tierReq(service, filters)).toEqual(ids(await storeReq(db.pool, filters, NOW, LIMITS)));
     } finally {
       service?.stop();
       await feed.stop();

@@ -377,6 +377,84 @@ describe('the window', () => {
   });
 });
 
+describe('the first pass over replaceable events (preHold)', () => {
+  // Versions of ALICE's and BOB's profiles (kind 0) and follow lists (kind 3), and notes around them.
+  const profileA1 = event({ pubkey: ALICE, kind: 0, created_at: BASE_TIME + 1, tags: [['p', BOB]] });
+  const profileA2 = event({ pubkey: ALICE, kind: 0, created_at: BASE_TIME + 5 });
+  const profileB = event({ pubkey: BOB, kind: 0, created_at: BASE_TIME + 2 });
+  const followsA = event({ pubkey: ALICE, kind: 3, created_at: BASE_TIME + 3, tags: [['p', BOB], ['p', CAROL]] });
+  const notes = [4, 6, 7, 8].map((dt) => event({ pubkey: ALICE, kind: 1, created_at: BASE_TIME + dt, tags: [['p', BOB]] }));
+  const stored = [profileA2, profileB, followsA, ...notes]; // profileA1 was replaced
+  const prepass = (tier: HotTier, events: NostrEvent[]) => {
+    for (const e of events) tier.preHold(prepareEvent(e));
+    tier.replaceableComplete = true;
+  };
+  const page = (events: NostrEvent[]) => [...events].sort(resultOrder).map(prepareEvent);
+
+  it('answers authors × replaceable kinds before the window reaches them, and nothing else', () => {
+    const tier = new HotTier({ budgetBytes: BIG });
+    prepass(tier, [followsA, profileA1, profileB, profileA2]); // in no order: the store's choice is kept
+    expect(answerIds(tier, { authors: [ALICE, BOB], kinds: [0] })).toEqual([profileA2.id, profileB.id]);
+    expect(answerIds(tier, { authors: [ALICE], kinds: [0, 3], since: BASE_TIME + 4 })).toEqual([profileA2.id]);
+    expect(countOf(tier, [{ authors: [ALICE, BOB, CAROL], kinds: [0, 3] }])).toBe(3);
+    expect(answerIds(tier, { authors: [ALICE] })).toBeUndefined(); // the window holds nothing yet
+    expect(answerIds(tier, { '#p': [CAROL] })).toBeUndefined();
+    expect(answerIds(tier, { ids: [profileA2.id, profileA1.id] })).toBeUndefined(); // the replaced one is not held
+    expect(answerIds(tier, { ids: [profileB.id] })).toEqual([profileB.id]);
+  });
+
+  it('the newest-first pass files each version in the lists once, where it belongs', () => {
+    const tier = new HotTier({ budgetBytes: BIG });
+    prepass(tier, [profileB, followsA, profileA2]);
+    const rows = page(stored);
+    tier.addOlder(rows.slice(0, 3), false);
+    expect(answerIds(tier, { authors: [ALICE], limit: 2 })).toEqual([notes[3].id, notes[2].id]);
+    tier.addOlder(rows.slice(3), true);
+    tier.listUnlisted();
+    const whole = wholeStore(stored);
+    for (const f of [{ authors: [ALICE] }, { '#p': [BOB] }, { kinds: [0, 3] }, {}, { authors: [BOB], kinds: [0, 1] }] as RawFilter[]) {
+      expect(answerIds(tier, f)).toEqual(answerIds(whole, f));
+      expect(countOf(tier, [f])).toBe(countOf(whole, [f]));
+    }
+    expect(tier.size).toBe(stored.length);
+    expect(tier.bytes).toBe(whole.bytes);
+  });
+
+  it('a newer version replaces a held one, an older one is ignored, a removal drops it', () => {
+    const tier = new HotTier({ budgetBytes: BIG });
+    prepass(tier, [profileA1, profileB]);
+    tier.preHold(prepareEvent(profileA2)); // the change stream, during the fill
+    tier.preHold(prepareEvent(profileA1));
+    expect(answerIds(tier, { authors: [ALICE], kinds: [0] })).toEqual([profileA2.id]);
+    tier.remove([profileB.id]);
+    expect(answerIds(tier, { authors: [BOB], kinds: [0] })).toEqual([]);
+    tier.addOlder(page([profileA2, ...notes]), true);
+    tier.listUnlisted();
+    expect(answerIds(tier, { authors: [ALICE] })).toEqual([notes[3].id, notes[2].id, notes[1].id, profileA2.id, notes[0].id]);
+    expect(tier.size).toBe(5);
+  });
+
+  it('versions the newest-first pass did not reach are filed below the window; evicting one ends the exactness', () => {
+    const tier = new HotTier({ budgetBytes: BIG });
+    prepass(tier, [profileB, followsA, profileA2]);
+    const read = page(stored.filter((e) => e.created_at >= BASE_TIME + 4)); // the budget ended the fill there
+    tier.addOlder(read, false);
+    tier.listUnlisted();
+    expect(tier.windowStart).toBe(BASE_TIME + 5);
+    expect(answerIds(tier, { authors: [ALICE, BOB], kinds: [0, 3] })).toEqual([profileA2.id, followsA.id, profileB.id]);
+    expect(answerIds(tier, { authors: [ALICE], limit: 5 })).toBeUndefined(); // reaches below the window
+    expect(answerIds(tier, { authors: [ALICE], limit: 4 })).toEqual([notes[3].id, notes[2].id, notes[1].id, profileA2.id]);
+    expect(answerIds(tier, { authors: [ALICE], since: BASE_TIME + 3 })).toBeUndefined();
+    const small = new HotTier({ budgetBytes: tier.bytes - 1 });
+    prepass(small, [profileB, followsA, profileA2]);
+    small.addOlder(read, false);
+    small.listUnlisted();
+    small.evict(1); // the oldest: BOB's profile
+    expect(small.replaceableComplete).toBe(false);
+    expect(answerIds(small, { authors: [ALICE, BOB], kinds: [0] })).toBeUndefined();
+  });
+});
+
 describe('eviction', () => {
   const perEvent = () => {
     const tier = wholeStore([event()]);

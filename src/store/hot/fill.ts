@@ -23,6 +23,12 @@ import { prepareStored, type PreparedEvent } from '../prepared-event.js';
 export const FILL_BATCH_ROWS = 500;
 
 const NEWEST_FIRST_SQL = 'SELECT raw FROM events ORDER BY created_at DESC, id';
+/**
+ * The fill's first pass (HotTier.preHold): every stored replaceable event (nostr/kinds.ts), so the
+ * tier answers profiles, follow lists and the like from memory within seconds of a start, long
+ * before the newest-first pass reaches them. By the kind index, in no order.
+ */
+export const REPLACEABLE_SQL = 'SELECT raw FROM events WHERE kind = 0 OR kind = 3 OR (kind >= 10000 AND kind < 20000)';
 
 /**
  * Reads every stored event's raw JSON newest first (created_at DESC, id ASC: the tier's order), in
@@ -31,7 +37,14 @@ const NEWEST_FIRST_SQL = 'SELECT raw FROM events ORDER BY created_at DESC, id';
  * reached (also if `onBatch` said stop at the last batch), false when `onBatch` stopped it before.
  * `onRead` (benchmarks) gets the milliseconds spent waiting for each batch.
  */
-export async function readNewestFirst(pool: pg.Pool, onBatch: (raws: string[]) => boolean, onRead?: (ms: number) => void, batchRows = FILL_BATCH_ROWS): Promise<boolean> {
+export async function readNewestFirst(
+  pool: pg.Pool,
+  onBatch: (raws: string[]) => boolean,
+  onRead?: (ms: number) => void,
+  batchRows = FILL_BATCH_ROWS,
+  /** Another statement's rows, read the same way (REPLACEABLE_SQL). */
+  sql = NEWEST_FIRST_SQL,
+): Promise<boolean> {
   const client = await pool.connect();
   let cursor: Cursor<[string]> | undefined;
   let failed = false;
@@ -40,7 +53,7 @@ export async function readNewestFirst(pool: pg.Pool, onBatch: (raws: string[]) =
     // end the cursor's one statement after a few seconds of reading.
     await client.query('BEGIN READ ONLY');
     await client.query('SET LOCAL statement_timeout = 0');
-    cursor = client.query(new Cursor<[string]>(NEWEST_FIRST_SQL, [], { rowMode: 'array' }));
+    cursor = client.query(new Cursor<[string]>(sql, [], { rowMode: 'array' }));
     let next = cursor.read(batchRows);
     for (;;) {
       const started = performance.now();

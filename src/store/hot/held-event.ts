@@ -18,6 +18,11 @@ const tagKeySets = new WeakMap<HeldEvent, Set<string>>();
 export class HeldEvent implements NostrEvent, MatchableEvent, TagKeys {
   /** False once removed, replaced or evicted: the index lists skip it until they drop it. */
   alive = true;
+  /**
+   * False while it is held only by id and as its replaceable version, not yet in the index lists
+   * (HotTier.preHold: the fill's first pass over the replaceable events).
+   */
+  listed = true;
 
   constructor(
     readonly id: string,

@@ -1,10 +1,12 @@
 // The hot tier kept current: the newest events held in memory (tier.ts), answering the REQ
 // filters whose answer lies inside its window; PostgreSQL stays the source of truth.
 //
-// - Filled at start from PostgreSQL, newest first, by one statement read in batches (fill.ts), a
-//   batch per turn of the event loop, until the budget (HOT_TIER_MB) or the end of the table; the
-//   tier answers what its window already covers while it fills. What other writers commit or delete
-//   meanwhile is not in that statement's snapshot: it comes through the change stream, as always.
+// - Filled at start from PostgreSQL in two passes, each one statement read in batches (fill.ts), a
+//   batch per turn of the event loop: first every replaceable event (profiles, follow lists …: a
+//   few percent of a store), after which filters of authors and replaceable kinds are answered
+//   from memory; then every event newest first, until the budget (HOT_TIER_MB) or the end of the
+//   table, the tier answering what its window already covers. What other writers commit or delete
+//   meanwhile is not in those statements' snapshots: it comes through the change stream, as always.
 // - Kept current from the change stream: what this process's writer stored, what the feed read from
 //   other writers (processes, hosts, imports), and what anyone deleted (the feed's `removed`, read
 //   from event_removals: kind 5, replaced versions, vanish, prune, purges, the expiry sweep).
@@ -20,7 +22,7 @@ import type { ChangeFeed } from '../feed.js';
 import { REMOVALS_KEEP_MINUTES } from '../feed.js';
 import type { PreparedEvent } from '../prepared-event.js';
 import type { StoredRow } from '../read.js';
-import { FILL_BATCH_ROWS, prepareHeld, readNewestFirst } from './fill.js';
+import { FILL_BATCH_ROWS, prepareHeld, readNewestFirst, REPLACEABLE_SQL } from './fill.js';
 import { HotTier } from './tier.js';
 
 /** Events evicted per turn of the event loop: about 2.5 ms (4-5 µs each, measured at 1M held). */
@@ -139,7 +141,12 @@ export class HotTierService {
    */
   private holdDuringFill(p: PreparedEvent): void {
     if (this.boundary !== undefined && p.event.created_at >= this.boundary) this.tier.addOlder([p], false);
-    else this.during!.waiting.set(p.event.id, p);
+    else {
+      // A replaceable version is its author's current one at once (the first pass holds them all),
+      // and waits like any other event to be filed in the lists when the window reaches it.
+      if (p.kindClass === 'replaceable') this.tier.preHold(p);
+      this.during!.waiting.set(p.event.id, p);
+    }
   }
 
   /** Events deleted in the database: out of the tier, and out of what the fill has yet to hold. */
@@ -250,6 +257,8 @@ export class HotTierService {
     // Before the statement starts: what is committed after its snapshot is announced after this.
     const during: DuringFill = (this.during = { removed: new Set(), waiting: new Map() });
     try {
+      await this.fillReplaceable(current, during);
+      if (!current()) return;
       const end = await readNewestFirst(this.pool, (raws) => {
         if (!current()) return false;
         const page: PreparedEvent[] = [];
@@ -272,6 +281,7 @@ export class HotTierService {
         this.tier.addOlder([], true);
         for (const p of during.waiting.values()) this.tier.add(p);
       }
+      this.tier.listUnlisted();
       this.log.info({ events: this.tier.size, megabytes: Math.round(this.tier.bytes / 2 ** 20), windowStart: this.tier.windowStart, seconds: (Date.now() - started) / 1000 }, 'hot tier filled');
     } catch (err) {
       this.log.warn({ err: (err as Error).message }, 'hot tier: fill failed; PostgreSQL answers until it is retried');
@@ -283,6 +293,34 @@ export class HotTierService {
       }
     }
     this.evictLater();
+  }
+
+  /**
+   * The fill's first pass: every stored replaceable event held as its author's version (preHold),
+   * then tier.replaceableComplete. Given up (the versions dropped) past half the budget: the
+   * newest-first pass then fills as without it.
+   */
+  private async fillReplaceable(current: () => boolean, during: DuringFill): Promise<void> {
+    let within = true;
+    await readNewestFirst(
+      this.pool,
+      (raws) => {
+        if (!current()) return false;
+        for (const raw of raws) {
+          const p = prepareHeld(raw);
+          if (!during.removed.has(p.event.id)) this.tier.preHold(p);
+        }
+        within = this.tier.bytes < this.budgetBytes / 2;
+        return within;
+      },
+      undefined,
+      this.fillBatchRows,
+      REPLACEABLE_SQL,
+    );
+    if (!current()) return;
+    if (within) this.tier.replaceableComplete = true;
+    else this.tier.dropUnlisted();
+    this.log.info({ events: this.tier.size, complete: within }, 'hot tier: replaceable events held');
   }
 
   /** Forgets everything and fills again. */

@@ -76,6 +76,14 @@ export class HotTier {
   private heldBytesTotal = 0;
   /** Set by an eviction: the fill can no longer continue below what was evicted. */
   private evicted = false;
+  /**
+   * Every stored replaceable event's current version is held (the fill's first pass, preHold, then
+   * the change stream), whatever the window: authors × replaceable kinds are answered exactly. Set
+   * by the service once that pass is over; cleared by an eviction of a replaceable event.
+   */
+  replaceableComplete = false;
+  /** Held by preHold and not yet in the index lists. */
+  private readonly unlisted = new Set<HeldEvent>();
 
   private readonly byId = new Map<string, HeldEvent>();
   /** Addressable events by kind:pubkey:d: the one version held. */
@@ -167,6 +175,7 @@ export class HotTier {
       const oldest = this.oldest();
       if (!oldest) break;
       this.drop(oldest);
+      if (isReplaceable(oldest.kind)) this.replaceableComplete = false;
       this.evicted = true;
       this.start = Math.max(this.start, oldest.created_at + 1);
     }
@@ -223,7 +232,12 @@ export class HotTier {
 
   private hold(p: PreparedEvent, oldest: boolean): void {
     const { event } = p;
-    if (p.kindClass === 'ephemeral' || this.byId.has(event.id)) return;
+    if (p.kindClass === 'ephemeral') return;
+    const existing = this.byId.get(event.id);
+    if (existing) {
+      if (!existing.listed) this.list(existing, oldest);
+      return;
+    }
     let key: string | null = null;
     let held: HeldEvent | undefined;
     if (p.kindClass === 'replaceable') held = this.replaceable.get(event.kind)?.get(event.pubkey);
@@ -232,15 +246,32 @@ export class HotTier {
       if (held.created_at > event.created_at || (held.created_at === event.created_at && held.id < event.id)) return;
       this.drop(held);
     }
-    let author = this.byAuthor.get(event.pubkey);
+    const author = this.authorOf(event.pubkey);
+    const e = this.create(p, author.key, key);
+    this.list(e, oldest, author);
+  }
+
+  /** The author's list, created if there is none. */
+  private authorOf(pubkey: string): AuthorList {
+    let author = this.byAuthor.get(pubkey);
     if (!author) {
       // The author's key outlives this event: a copy of its own, never a slice of the event's raw
       // (the fill's prepareHeld), which would keep that JSON after the event is gone.
-      const pubkey = ownString(event.pubkey);
-      this.byAuthor.set(pubkey, (author = new AuthorList(pubkey)));
+      const key = ownString(pubkey);
+      this.byAuthor.set(key, (author = new AuthorList(key)));
     }
+    return author;
+  }
+
+  /** The held event for `p`, in the id, key and replaceable-version indexes (not yet in the lists). */
+  private create(p: PreparedEvent, pubkey: string, key: string | null): HeldEvent {
+    const { event } = p;
     const pairs = p.tags.length === 0 ? NO_TAG_PAIRS : new Array<string>(2 * p.tags.length);
-    const e = new HeldEvent(event.id, author.key, event.created_at, event.kind, p.raw, pairs, p.expiresAt, key, Buffer.byteLength(p.raw, 'utf8'));
+    for (let i = 0; i < p.tags.length; i++) {
+      pairs[2 * i] = p.tags[i]![0];
+      pairs[2 * i + 1] = p.tags[i]![1];
+    }
+    const e = new HeldEvent(event.id, pubkey, event.created_at, event.kind, p.raw, pairs, p.expiresAt, key, Buffer.byteLength(p.raw, 'utf8'));
     this.byId.set(e.id, e);
     if (key !== null) this.byKey.set(key, e);
     if (p.kindClass === 'replaceable') {
@@ -248,17 +279,55 @@ export class HotTier {
       if (versions) versions.set(e.pubkey, e);
       else this.replaceable.set(e.kind, new Map([[e.pubkey, e]]));
     }
+    this.heldBytesTotal += bytesOf(e);
+    return e;
+  }
 
+  /** Files a held event in the index lists (`oldest`: the fill's way in, SortedList.addOldest). */
+  private list(e: HeldEvent, oldest: boolean, author = this.authorOf(e.pubkey)): void {
+    if (!e.listed) {
+      e.listed = true;
+      this.unlisted.delete(e);
+    }
     put(this.all, e, oldest);
     put(author, e, oldest);
     putIn(author.byKind, e.kind, e, oldest);
     putIn(this.byKind, e.kind, e, oldest);
-    for (let i = 0; i < p.tags.length; i++) {
-      const [name, value] = p.tags[i]!;
-      pairs[2 * i] = name;
-      pairs[2 * i + 1] = this.byTag.put(name, value, e, oldest);
+    const pairs = e.tagPairs;
+    for (let i = 0; i < pairs.length; i += 2) pairs[i + 1] = this.byTag.put(pairs[i]!, pairs[i + 1]!, e, oldest);
+  }
+
+  /**
+   * The fill's first pass: a stored replaceable event (kind 0, 3, 10000–19999), held as its author's
+   * version of its kind, by id, and nowhere else until the fill's newest-first pass reaches it (hold
+   * then files it in the lists) or listUnlisted() does. Of two versions the store's choice is kept
+   * (the higher created_at, on a tie the lower id), as hold does. Once every stored replaceable
+   * event has been through here (the service sets replaceableComplete), filters of authors and
+   * replaceable kinds are answered from memory whatever the window.
+   */
+  preHold(p: PreparedEvent): void {
+    const { event } = p;
+    if (p.kindClass !== 'replaceable' || this.byId.has(event.id)) return;
+    const held = this.replaceable.get(event.kind)?.get(event.pubkey);
+    if (held) {
+      if (held.created_at > event.created_at || (held.created_at === event.created_at && held.id < event.id)) return;
+      this.drop(held);
     }
-    this.heldBytesTotal += bytesOf(e);
+    // The author's list is created (empty) for its key: the version shares it, as listed events do.
+    const e = this.create(p, this.authorOf(event.pubkey).key, null);
+    e.listed = false;
+    this.unlisted.add(e);
+  }
+
+  /** Files every event preHold left unlisted in the lists, wherever they fall (the fill is over). */
+  listUnlisted(): void {
+    const rest = [...this.unlisted].sort((a, b) => (newerFirst(a, b) ? -1 : 1));
+    for (const e of rest) this.list(e, false);
+  }
+
+  /** Drops every event preHold left unlisted (the first pass gave up: replaceableComplete stays false). */
+  dropUnlisted(): void {
+    for (const e of [...this.unlisted]) this.drop(e);
   }
 
   /** Removes an event from the tier: dead in its lists, which drop it lazily (sorted-list.ts). */
@@ -272,6 +341,12 @@ export class HotTier {
       if (versions.size === 0) this.replaceable.delete(e.kind);
     }
     this.heldBytesTotal -= bytesOf(e);
+    if (!e.listed) {
+      this.unlisted.delete(e);
+      const author = this.byAuthor.get(e.pubkey);
+      if (author?.items.length === 0) this.byAuthor.delete(e.pubkey); // created for it by preHold
+      return;
+    }
 
     release(this.all);
     const author = this.byAuthor.get(e.pubkey)!;
@@ -306,7 +381,7 @@ export class HotTier {
       }
       return { runs: [oneRun(found)], matches: compileFilter({ ...f, ids: undefined }), complete: found.length === f.ids.length };
     }
-    const { sources, ensured } = this.narrowestSources(f);
+    const { sources, ensured, complete } = this.narrowestSources(f);
     const runs: Run[] = [];
     // Sources that are one event (a replaceable version, a tag value held on one event) are sorted
     // into one run: a heap entry and a run each would cost more than sorting them.
@@ -316,7 +391,7 @@ export class HotTier {
       else if (f.until === undefined || source.created_at <= f.until) single.push(source);
     }
     if (single.length > 0) runs.push(oneRun(single));
-    return { runs, matches: compileFilter(ensured), complete: false };
+    return { runs, matches: compileFilter(ensured), complete };
   }
 
   /** The kinds are at least half of the held events. */
@@ -331,12 +406,12 @@ export class HotTier {
    * value held on one event only is that event: tag-index.ts), and the filter less the conditions
    * every event in them meets.
    */
-  private narrowestSources(f: Filter): { sources: Source[]; ensured: Filter } {
-    let best: { sources: Source[]; ensured: Filter } | undefined;
+  private narrowestSources(f: Filter): { sources: Source[]; ensured: Filter; complete: boolean } {
+    let best: { sources: Source[]; ensured: Filter; complete: boolean } | undefined;
     let bestSize = Infinity;
     const consider = (sources: Source[], size: number, ensured: () => Filter) => {
       if (size < bestSize) {
-        best = { sources, ensured: ensured() };
+        best = { sources, ensured: ensured(), complete: false };
         bestSize = size;
       }
     };
@@ -351,7 +426,10 @@ export class HotTier {
           if (e) found.push(e);
         }
       }
-      consider(found, found.length, () => ({ ...f, authors: undefined, kinds: undefined }));
+      const ensured = () => ({ ...f, authors: undefined, kinds: undefined });
+      // Every stored version held: exact whatever the window, and no list can have fewer entries.
+      if (this.replaceableComplete) return { sources: found, ensured: ensured(), complete: true };
+      consider(found, found.length, ensured);
     } else if (f.authors) {
       const lists: SortedList[] = [];
       // Per kind, unless the kinds are at least half of what is held (a feed's notes and reposts):
@@ -388,7 +466,7 @@ export class HotTier {
       }
       consider(lists, sizeOf(lists), () => ({ ...f, kinds: undefined }));
     }
-    return best ?? { sources: [this.all], ensured: f };
+    return best ?? { sources: [this.all], ensured: f, complete: false };
   }
 }
 
