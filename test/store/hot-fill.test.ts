@@ -216,8 +216,8 @@ describe('what other writers do while the fill reads', () => {
     let fromMemory = 0;
     const between = async (batch: number) => {
       const s = service!;
-      // The newest-first pass, part read (the first pass over replaceable events reads with the window at Infinity).
-      if (s.current.windowStart === Infinity || batch % 3 !== 1) return;
+      // The first pass over replaceable events is over, the newest-first pass part read.
+      if (!s.current.replaceableComplete || s.current.windowStart === Infinity || batch % 3 !== 1) return;
       windows.push(s.current.windowStart);
       await insertAll(db.pool, versions.splice(0, 6), 2);
       const { rows } = await db.pool.query<{ id: Buffer }>('SELECT id FROM events WHERE kind IN (0, 3) ORDER BY md5(id::text || $1) LIMIT 1', [String(batch)]);

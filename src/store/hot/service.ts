@@ -1,11 +1,11 @@
 // The hot tier kept current: the newest events held in memory (tier.ts), answering the REQ
 // filters whose answer lies inside its window; PostgreSQL stays the source of truth.
 //
-// - Filled at start from PostgreSQL in two passes, each one statement read in batches (fill.ts), a
-//   batch per turn of the event loop: first every replaceable event (profiles, follow lists …: a
-//   few percent of a store), after which filters of authors and replaceable kinds are answered
-//   from memory; then every event newest first, until the budget (HOT_TIER_MB) or the end of the
-//   table, the tier answering what its window already covers. What other writers commit or delete
+// - Filled at start from PostgreSQL in two passes read at once, each one statement read in batches
+//   (fill.ts), a batch per turn of the event loop: every event newest first, until the budget
+//   (HOT_TIER_MB) or the end of the table, the tier answering what its window already covers; and
+//   every replaceable event (profiles, follow lists …: a few percent of a store), after which
+//   filters of authors and replaceable kinds are answered from memory whatever the window. What other writers commit or delete
 //   meanwhile is not in those statements' snapshots: it comes through the change stream, as always.
 // - Kept current from the change stream: what this process's writer stored, what the feed read from
 //   other writers (processes, hosts, imports), and what anyone deleted (the feed's `removed`, read
@@ -52,6 +52,8 @@ export interface HotTierStats {
   bytes: number;
   windowStart: number;
   filling: boolean;
+  /** Every stored replaceable event's current version is held (the fill's first pass is over). */
+  replaceableComplete: boolean;
 }
 
 /**
@@ -115,7 +117,7 @@ export class HotTierService {
   }
 
   get current(): HotTierStats {
-    return { events: this.tier.size, bytes: this.tier.bytes, windowStart: this.tier.windowStart, filling: this.filling };
+    return { events: this.tier.size, bytes: this.tier.bytes, windowStart: this.tier.windowStart, filling: this.filling, replaceableComplete: this.tier.replaceableComplete };
   }
 
   private apply(change: Change): void {
@@ -257,8 +259,11 @@ export class HotTierService {
     // Before the statement starts: what is committed after its snapshot is announced after this.
     const during: DuringFill = (this.during = { removed: new Set(), waiting: new Map() });
     try {
-      await this.fillReplaceable(current, during);
-      if (!current()) return;
+      // The two passes read at once, each on its own connection: the newest events are answered
+      // from memory as soon as the newest-first pass holds them, the replaceable versions as soon
+      // as the first pass has read them all (PostgreSQL finds those a few at a time across the table).
+      const first = this.fillReplaceable(current, during);
+      first.catch(() => undefined); // awaited below, after the newest-first pass
       const end = await readNewestFirst(this.pool, (raws) => {
         if (!current()) return false;
         const page: PreparedEvent[] = [];
@@ -276,6 +281,7 @@ export class HotTierService {
           }
         return this.tier.bytes < this.budgetBytes;
       }, undefined, this.fillBatchRows);
+      await first;
       if (!current()) return;
       if (end) {
         this.tier.addOlder([], true);
@@ -297,8 +303,8 @@ export class HotTierService {
 
   /**
    * The fill's first pass: every stored replaceable event held as its author's version (preHold),
-   * then tier.replaceableComplete. Given up (the versions dropped) past half the budget: the
-   * newest-first pass then fills as without it.
+   * then tier.replaceableComplete. Given up (the versions not yet in the lists dropped) once the
+   * tier reaches its budget: it will evict the oldest events, replaceable versions among them.
    */
   private async fillReplaceable(current: () => boolean, during: DuringFill): Promise<void> {
     let within = true;
@@ -310,7 +316,7 @@ export class HotTierService {
           const p = prepareHeld(raw);
           if (!during.removed.has(p.event.id)) this.tier.preHold(p);
         }
-        within = this.tier.bytes < this.budgetBytes / 2;
+        within = this.tier.bytes < this.budgetBytes;
         return within;
       },
       undefined,
