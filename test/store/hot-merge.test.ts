@@ -8,7 +8,7 @@ import { HeldEvent, newerFirst } from '../../src/store/hot/held-event.js';
 import { NewestFirst, Run } from '../../src/store/hot/merge.js';
 
 const idOf = (n: number) => n.toString(16).padStart(64, '0');
-const NO_TAGS = new Set<string>();
+const NO_TAGS: string[] = [];
 
 function held(n: number, createdAt: number, kind: number): HeldEvent {
   return new HeldEvent(idOf(n), 'a'.repeat(64), createdAt, kind, `{"n":${n}}`, NO_TAGS, null, null, 8);
