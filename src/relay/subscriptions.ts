@@ -2,9 +2,9 @@
 // is filed under one selective key family (ids, else authors, else one tag letter, else kinds), and
 // an event looks up just the keys it carries. Filters with none of these are checked for every event.
 //
-// A subscription is filed only when an event is next matched (see SubscriptionIndex.add): most REQs
-// are closed right after EOSE (a profile, a thread, a feed page), and one that closes before any
-// event arrives is never filed at all.
+// A subscription is filed only when an event is next matched, or once PENDING_FILE_AT of them wait
+// (see SubscriptionIndex.add): most REQs are closed right after EOSE (a profile, a thread, a feed
+// page), and one that closes before any event arrives is never filed at all.
 import { compileFilterLazily, conditionKeys, matchesNothing, type Filter, type Matcher, type MatchableEvent } from '../nostr/filter.js';
 
 /** Where the index keeps a subscriber's placements: on the subscriber (see SubscriptionIndex.add). */
@@ -28,6 +28,15 @@ const FILED_NOW = -1;
 
 /** The pending list is compacted once it is this much longer than twice the subscribers in it. */
 const PENDING_SLACK = 1024;
+
+/**
+ * Subscribers waiting to be filed are filed once there are this many, without waiting for an event:
+ * after a quiet spell, the first event would otherwise file every subscription opened meanwhile in
+ * one go (10,000 connections holding 65,000 live subscriptions: ~400 ms of the main thread, every
+ * EVENT's OK and delivery waiting behind it). 1,024 take a few milliseconds; REQs closed after EOSE
+ * leave the list before it gets there.
+ */
+export const PENDING_FILE_AT = 1024;
 
 interface Entry {
   subscriber: Subscriber;
@@ -162,6 +171,7 @@ export class SubscriptionIndex {
     this.pending.push(subscriber);
     this.pendingCount++;
     this.count++;
+    if (this.pendingCount >= PENDING_FILE_AT) this.fileAllPending();
   }
 
   remove(subscriber: Subscriber): void {
@@ -206,6 +216,11 @@ export class SubscriptionIndex {
   /** Slots of the pending list, empty ones included (tests: it stays bounded). */
   get pendingSlots(): number {
     return this.pending.length;
+  }
+
+  /** Subscribers not filed yet (tests). */
+  get pendingSubscribers(): number {
+    return this.pendingCount;
   }
 
   private fileAllPending(): void {

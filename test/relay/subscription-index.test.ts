@@ -6,7 +6,7 @@ import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { compileFilter, parseFilter, toMatchable, type Filter } from '../../src/nostr/filter.js';
 import type { NostrEvent } from '../../src/nostr/event.js';
-import { SubscriptionIndex, type Subscriber } from '../../src/relay/subscriptions.js';
+import { PENDING_FILE_AT, SubscriptionIndex, type Subscriber } from '../../src/relay/subscriptions.js';
 
 const hex = (n: number) => n.toString(16).padStart(64, '0');
 const IDS = [1, 2, 3, 4].map(hex);
@@ -154,5 +154,25 @@ describe('SubscriptionIndex', () => {
     expect(index.authorKeys).toBe(1);
     expect(index.matching(m)).toEqual(new Set([open, ...stay]));
     expect(index.size).toBe(6);
+  });
+
+  it('files waiting subscriptions once PENDING_FILE_AT of them wait, so the next event files few', () => {
+    // 10,000 connections opened during a quiet spell, each holding a live subscription: filed in
+    // turns of PENDING_FILE_AT as they come, not all by the first event.
+    const index = new SubscriptionIndex();
+    const held = Array.from({ length: 10 * PENDING_FILE_AT + 7 }, (_, i) => {
+      const s: Subscriber = { deliver() {} };
+      index.add(s, parsed([{ authors: [PUBKEYS[i % PUBKEYS.length]] }]));
+      expect(index.pendingSubscribers).toBeLessThan(PENDING_FILE_AT);
+      return s;
+    });
+    expect(index.pendingSubscribers).toBe(7);
+    expect(index.authorKeys).toBe(PUBKEYS.length);
+    const m = toMatchable({ id: IDS[0]!, pubkey: PUBKEYS[1]!, kind: 1, created_at: 1, tags: [], content: '', sig: '' });
+    expect(index.matching(m)).toEqual(new Set(held.filter((_, i) => i % PUBKEYS.length === 1)));
+    expect(index.pendingSubscribers).toBe(0);
+    for (const s of held) index.remove(s);
+    expect(index.size).toBe(0);
+    expect(index.matching(m).size).toBe(0);
   });
 });
