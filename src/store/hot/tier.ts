@@ -6,7 +6,8 @@
 //
 // The window: every stored event with created_at >= windowStart is held. A filter's answer is exact
 // when it is complete before the walk reaches below windowStart (its `limit` is reached, or its
-// `since` is at or above windowStart), or when every event it names by id is held.
+// `since` is at or above windowStart), when every event it names by id is held, or when it asks for
+// authors' replaceable kinds and every stored replaceable version is held (replaceableComplete).
 import { compileFilter, matchesNothing, type Filter, type Matcher } from '../../nostr/filter.js';
 import { isReplaceable } from '../../nostr/kinds.js';
 import type { PreparedEvent } from '../prepared-event.js';
