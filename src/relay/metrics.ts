@@ -59,7 +59,7 @@ export interface GaugeSources {
   webhookQueue(): { queued: number; dead: number; oldestSeconds: number };
   pool(): { total: number; idle: number; waiting: number };
   /** The hot tier (store/hot), when on. */
-  hotTier(): { events: number; bytes: number; windowStart: number } | undefined;
+  hotTier(): { events: number; bytes: number; windowStart: number; replaceableComplete: boolean } | undefined;
   /** The write-policy plugin (WRITE_POLICY_PLUGIN), when configured. */
   writePlugin?(): WritePluginState;
 }
@@ -144,6 +144,9 @@ export class RelayMetrics {
       if (start === undefined || start === Infinity) return 0;
       return start === -Infinity ? -1 : Math.max(0, Date.now() / 1000 - start);
     });
+    gauge('pgrelay_hot_tier_replaceable_complete', "1 while every stored replaceable event's current version is held: authors' profiles, follow lists and the like are answered from memory whatever the window", () =>
+      sources.hotTier()?.replaceableComplete ? 1 : 0,
+    );
     this.tierReqs = new Counter({ name: 'pgrelay_hot_tier_reqs_total', help: 'REQs by where their stored events came from: memory (the hot tier), database, or mixed', labelNames: ['answered'], registers });
     this.webhookDeliveries = new Counter({ name: 'pgrelay_webhook_deliveries_total', help: 'Webhook deliveries attempted by this process, by outcome (delivered, failed: to be retried, dead)', labelNames: ['outcome'], registers });
     this.pluginDecisions = new Counter({

@@ -9,6 +9,7 @@ import { writeEvent } from '../../src/store/write.js';
 import { TestClient } from '../support/client.js';
 import { newSigner, now } from '../support/keys.js';
 import { startTestRelay, type TestRelay } from '../support/relay.js';
+import { until } from '../support/wait.js';
 
 let a: TestRelay;
 let b: TestRelay;
@@ -67,6 +68,22 @@ describe('hot tier', () => {
     }
     expect((await answeredFromMemory()) - before).toBeGreaterThanOrEqual(4);
     expect(await ca.count('c1', { authors: [alice.pubkey], since: t - 100 })).toBe(30);
+  });
+
+  it('answers authors × replaceable kinds from memory whatever the window, and says it can (pgrelay_hot_tier_replaceable_complete)', async () => {
+    await until(async () => (await counterA('pgrelay_hot_tier_replaceable_complete')) === 1, 'every replaceable version held');
+    const [carol, dave] = [newSigner(), newSigner()];
+    const t = now();
+    const profiles = [carol.sign({ kind: 0, content: '{"name":"carol"}', created_at: t - 5 }), dave.sign({ kind: 0, content: '{"name":"dave"}', created_at: t - 4 })];
+    const newer = carol.sign({ kind: 0, content: '{"name":"carol 2"}', created_at: t - 1 });
+    const follows = carol.sign({ kind: 3, content: '', created_at: t - 2, tags: [['p', dave.pubkey]] });
+    for (const e of [...profiles, newer, follows]) expect(await ca.publish(e)).toEqual([true, '']);
+    const before = await answeredFromMemory();
+    for (const filters of [[{ kinds: [0], authors: [carol.pubkey, dave.pubkey] }], [{ kinds: [0, 3], authors: [carol.pubkey], limit: 1 }], [{ kinds: [3], authors: [dave.pubkey] }]]) {
+      expect(ids(await fetchA(...filters))).toEqual(ids(await fetchB(...filters)));
+    }
+    expect(ids(await fetchA({ kinds: [0], authors: [carol.pubkey, dave.pubkey] }))).toEqual([newer.id, profiles[1].id]);
+    expect((await answeredFromMemory()) - before).toBe(4);
   });
 
   it('waits for a feed read per REQ, which is the snapshot check alone while nothing is written (pgrelay_feed_reads_total)', async () => {
