@@ -150,6 +150,24 @@ describe('ChangeFeed', () => {
     }
   });
 
+  /**
+   * An insert in `client`'s own transaction, claimed as the local writer claims its own, committed,
+   * then released (the writer does not know whether the commit went through): the feed announces
+   * it only once it is released.
+   */
+  async function claimCommitRelease(client: pg.PoolClient, ids: () => string[]): Promise<void> {
+    await client.query('BEGIN');
+    const id = await insert(client);
+    const { rows } = await client.query<{ txid: string }>('SELECT pg_current_xact_id()::text AS txid');
+    feed!.claim(rows[0].txid);
+    await client.query('COMMIT');
+    await settle();
+    expect(ids()).toEqual([]);
+    feed!.release(rows[0].txid);
+    await until(() => ids().length === 1, 'the released transaction');
+    expect(ids()).toEqual([id]);
+  }
+
   it('leaves to the local writer what it claimed, and announces it if the commit fails', async () => {
     const { ids } = await startFeed();
     const e = event();
@@ -162,16 +180,7 @@ describe('ChangeFeed', () => {
     // A claim released (the commit failed as far as the writer knows): the database decides.
     const client = await db.pool.connect();
     try {
-      await client.query('BEGIN');
-      const id = await insert(client);
-      const { rows } = await client.query<{ txid: string }>('SELECT pg_current_xact_id()::text AS txid');
-      feed!.claim(rows[0].txid);
-      await client.query('COMMIT');
-      await settle();
-      expect(ids()).toEqual([]);
-      feed!.release(rows[0].txid);
-      await until(() => ids().length === 1, 'the released transaction');
-      expect(ids()).toEqual([id]);
+      await claimCommitRelease(client, ids);
     } finally {
       client.release();
     }
@@ -185,16 +194,7 @@ describe('ChangeFeed', () => {
     try {
       await holder.query('BEGIN');
       await holder.query('SELECT pg_current_xact_id()');
-      await client.query('BEGIN');
-      const id = await insert(client);
-      const { rows } = await client.query<{ txid: string }>('SELECT pg_current_xact_id()::text AS txid');
-      feed!.claim(rows[0].txid);
-      await client.query('COMMIT');
-      await settle();
-      expect(ids()).toEqual([]);
-      feed!.release(rows[0].txid);
-      await until(() => ids().length === 1, 'the released transaction');
-      expect(ids()).toEqual([id]);
+      await claimCommitRelease(client, ids);
     } finally {
       await holder.query('ROLLBACK');
       holder.release();

@@ -154,28 +154,51 @@ describe('what other writers do while the fill reads', () => {
     return out;
   }
 
-  it('is reconciled: deletions, replacements and events older than the window end as a tier built from the final table', async () => {
+  /** A table of 240 sampled events; returns 240 more sampled with them, for a test to store meanwhile. */
+  async function storeSample(seed: number): Promise<{ initial: NostrEvent[]; later: NostrEvent[] }> {
     await db.pool.query('TRUNCATE events, event_tags');
-    const [initial, later] = fc.sample(eventsArb(expirationsAround(NOW), 240, 240), { seed: 20261128, numRuns: 2 });
+    const [initial, later] = fc.sample(eventsArb(expirationsAround(NOW), 240, 240), { seed, numRuns: 2 });
     await insertAll(db.pool, initial, 8);
+    return { initial, later };
+  }
+
+  /**
+   * A tier service on a live feed whose fill pauses for `between` before each batch (pausingPool);
+   * `check` runs once it has filled and is fresh. The service and the feed stop afterwards.
+   */
+  async function whileFilling(
+    fill: { budgetBytes: number; batchRows: number },
+    between: (batch: number, service: HotTierService) => Promise<void>,
+    check: (service: HotTierService) => Promise<void>,
+  ): Promise<void> {
     const changes = new ChangeStream();
     const feed = await new ChangeFeed(db.url, db.pool, changes, log, { removals: true, pollMs: 50 }).start();
     let service: HotTierService | undefined;
+    try {
+      service = new HotTierService(pausingPool(db.pool, (batch) => between(batch, service!)), changes, feed, log, fill.budgetBytes, 2000, fill.batchRows).start();
+      await until(() => !service!.current.filling, 'the tier filled', 60_000);
+      await service.fresh();
+      await check(service);
+    } finally {
+      service?.stop();
+      await feed.stop();
+    }
+  }
+
+  it('is reconciled: deletions, replacements and events older than the window end as a tier built from the final table', async () => {
+    const { initial, later } = await storeSample(20261128);
     const windows: number[] = [];
     // Every few batches: delete some stored events (read or not yet), and store events of any age
     // (newer than the window, in the second being read, older: waiting), some replacing others.
-    const between = async (batch: number) => {
+    const between = async (batch: number, service: HotTierService) => {
       if (batch === 0 || batch % 4 !== 0 || batch / 4 > 6) return;
-      windows.push(service!.current.windowStart);
+      windows.push(service.current.windowStart);
       const { rows } = await db.pool.query<{ id: Buffer }>('SELECT id FROM events ORDER BY md5(id::text || $1) LIMIT 6', [String(batch)]);
       await db.pool.query('DELETE FROM events WHERE id = ANY($1::bytea[])', [rows.map((r) => r.id)]);
       await insertAll(db.pool, later.slice((batch / 4 - 1) * 40, (batch / 4) * 40), 4);
-      await service!.fresh(); // the feed has brought both
+      await service.fresh(); // the feed has brought both
     };
-    try {
-      service = new HotTierService(pausingPool(db.pool, between), changes, feed, log, 64 * 2 ** 20, 2000, 5).start();
-      await until(() => !service!.current.filling, 'the tier filled', 60_000);
-      await service.fresh();
+    await whileFilling({ budgetBytes: 64 * 2 ** 20, batchRows: 5 }, between, async (service) => {
       // The changes fell inside the fill: the window was still above the oldest stored second.
       expect(windows.length).toBe(6);
       expect(Math.max(...windows)).toBeLessThan(Infinity);
@@ -197,25 +220,16 @@ describe('what other writers do while the fill reads', () => {
         if (filters.length === 1 && fromReference[0]) expect(answer).toEqual(ids(fromReference[0]));
       }
       expect(service.stats.memory).toBeGreaterThan(0);
-    } finally {
-      service?.stop();
-      await feed.stop();
-    }
+    });
   }, 120_000);
 
   it('answers authors × replaceable kinds from memory while the newest-first pass reads, through new versions and deletions', async () => {
-    await db.pool.query('TRUNCATE events, event_tags');
-    const [initial, later] = fc.sample(eventsArb(expirationsAround(NOW), 240, 240), { seed: 20261130, numRuns: 2 });
-    await insertAll(db.pool, initial, 8);
+    const { later } = await storeSample(20261130);
     const versions = later.filter((e) => isReplaceable(e.kind)); // newer and older than those stored
-    const changes = new ChangeStream();
-    const feed = await new ChangeFeed(db.url, db.pool, changes, log, { removals: true, pollMs: 50 }).start();
-    let service: HotTierService | undefined;
     const windows: number[] = [];
     let asked = 0;
     let fromMemory = 0;
-    const between = async (batch: number) => {
-      const s = service!;
+    const between = async (batch: number, s: HotTierService) => {
       // The first pass over replaceable events is over, the newest-first pass part read.
       if (!s.current.replaceableComplete || s.current.windowStart === Infinity || batch % 3 !== 1) return;
       windows.push(s.current.windowStart);
@@ -231,10 +245,7 @@ describe('what other writers do while the fill reads', () => {
         fromMemory += s.stats.memory - before;
       }
     };
-    try {
-      service = new HotTierService(pausingPool(db.pool, between), changes, feed, log, 64 * 2 ** 20, 2000, 5).start();
-      await until(() => !service!.current.filling, 'the tier filled', 60_000);
-      await service.fresh();
+    await whileFilling({ budgetBytes: 64 * 2 ** 20, batchRows: 5 }, between, async (service) => {
       expect(Math.min(...windows)).toBeGreaterThan(BASE_TIME); // asked before the window reached the oldest events
       expect(asked).toBeGreaterThanOrEqual(9);
       expect(fromMemory).toBe(asked);
@@ -246,30 +257,19 @@ describe('what other writers do while the fill reads', () => {
       const idPool = rows.map((r) => prepareStored(r.raw, false).event.id);
       for (const filters of fc.sample(filtersArb(idPool), { seed: 13, numRuns: 200 }))
         expect(await tierReq(service, filters)).toEqual(ids(await storeReq(db.pool, filters, NOW, LIMITS)));
-    } finally {
-      service?.stop();
-      await feed.stop();
-    }
+    });
   }, 120_000);
 
   it('stays exact when the budget ends the fill: what it holds answers as PostgreSQL does', async () => {
-    await db.pool.query('TRUNCATE events, event_tags');
-    const [initial, later] = fc.sample(eventsArb(expirationsAround(NOW), 240, 240), { seed: 20261129, numRuns: 2 });
-    await insertAll(db.pool, initial, 8);
-    const changes = new ChangeStream();
-    const feed = await new ChangeFeed(db.url, db.pool, changes, log, { removals: true, pollMs: 50 }).start();
-    let service: HotTierService | undefined;
-    const between = async (batch: number) => {
+    const { later } = await storeSample(20261129);
+    const between = async (batch: number, service: HotTierService) => {
       if (batch !== 2 && batch !== 5) return;
       const { rows } = await db.pool.query<{ id: Buffer }>('SELECT id FROM events ORDER BY md5(id::text || $1) LIMIT 6', [String(batch)]);
       await db.pool.query('DELETE FROM events WHERE id = ANY($1::bytea[])', [rows.map((r) => r.id)]);
       await insertAll(db.pool, later.slice(batch * 10, batch * 10 + 40), 4);
-      await service!.fresh();
-    };
-    try {
-      service = new HotTierService(pausingPool(db.pool, between), changes, feed, log, 60_000, 2000, 9).start();
-      await until(() => !service!.current.filling, 'the tier filled', 60_000);
       await service.fresh();
+    };
+    await whileFilling({ budgetBytes: 60_000, batchRows: 9 }, between, async (service) => {
       expect(service.current.windowStart).toBeGreaterThan(BASE_TIME);
       expect(service.current.windowStart).toBeLessThanOrEqual(BASE_TIME + TIME_SPAN + 1);
       const { rows } = await db.pool.query<{ id: Buffer }>('SELECT id FROM events');
@@ -281,9 +281,6 @@ describe('what other writers do while the fill reads', () => {
         fromMemory += service.stats.memory - before;
       }
       expect(fromMemory).toBeGreaterThan(0);
-    } finally {
-      service?.stop();
-      await feed.stop();
-    }
+    });
   }, 120_000);
 });

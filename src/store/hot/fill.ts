@@ -37,14 +37,12 @@ export const REPLACEABLE_SQL = 'SELECT raw FROM events WHERE kind = 0 OR kind = 
  * reached (also if `onBatch` said stop at the last batch), false when `onBatch` stopped it before.
  * `onRead` (benchmarks) gets the milliseconds spent waiting for each batch.
  */
-export async function readNewestFirst(
-  pool: pg.Pool,
-  onBatch: (raws: string[]) => boolean,
-  onRead?: (ms: number) => void,
-  batchRows = FILL_BATCH_ROWS,
-  /** Another statement's rows, read the same way (REPLACEABLE_SQL). */
-  sql = NEWEST_FIRST_SQL,
-): Promise<boolean> {
+export function readNewestFirst(pool: pg.Pool, onBatch: (raws: string[]) => boolean, onRead?: (ms: number) => void, batchRows = FILL_BATCH_ROWS): Promise<boolean> {
+  return readBatches(pool, NEWEST_FIRST_SQL, onBatch, onRead, batchRows);
+}
+
+/** The rows of one statement selecting `raw` (REPLACEABLE_SQL, NEWEST_FIRST_SQL), read as readNewestFirst reads. */
+export async function readBatches(pool: pg.Pool, sql: string, onBatch: (raws: string[]) => boolean, onRead?: (ms: number) => void, batchRows = FILL_BATCH_ROWS): Promise<boolean> {
   const client = await pool.connect();
   let cursor: Cursor<[string]> | undefined;
   let failed = false;

@@ -5,8 +5,9 @@
 //   (fill.ts), a batch per turn of the event loop: every event newest first, until the budget
 //   (HOT_TIER_MB) or the end of the table, the tier answering what its window already covers; and
 //   every replaceable event (profiles, follow lists …: a few percent of a store), after which
-//   filters of authors and replaceable kinds are answered from memory whatever the window. What other writers commit or delete
-//   meanwhile is not in those statements' snapshots: it comes through the change stream, as always.
+//   filters of authors and replaceable kinds are answered from memory whatever the window. What
+//   other writers commit or delete meanwhile is not in those statements' snapshots: it comes
+//   through the change stream, as always.
 // - Kept current from the change stream: what this process's writer stored, what the feed read from
 //   other writers (processes, hosts, imports), and what anyone deleted (the feed's `removed`, read
 //   from event_removals: kind 5, replaced versions, vanish, prune, purges, the expiry sweep).
@@ -22,7 +23,7 @@ import type { ChangeFeed } from '../feed.js';
 import { REMOVALS_KEEP_MINUTES } from '../feed.js';
 import type { PreparedEvent } from '../prepared-event.js';
 import type { StoredRow } from '../read.js';
-import { FILL_BATCH_ROWS, prepareHeld, readNewestFirst, REPLACEABLE_SQL } from './fill.js';
+import { FILL_BATCH_ROWS, prepareHeld, readBatches, readNewestFirst, REPLACEABLE_SQL } from './fill.js';
 import { HotTier } from './tier.js';
 
 /** Events evicted per turn of the event loop: about 2.5 ms (4-5 µs each, measured at 1M held). */
@@ -308,8 +309,9 @@ export class HotTierService {
    */
   private async fillReplaceable(current: () => boolean, during: DuringFill): Promise<void> {
     let within = true;
-    await readNewestFirst(
+    await readBatches(
       this.pool,
+      REPLACEABLE_SQL,
       (raws) => {
         if (!current()) return false;
         for (const raw of raws) {
@@ -321,7 +323,6 @@ export class HotTierService {
       },
       undefined,
       this.fillBatchRows,
-      REPLACEABLE_SQL,
     );
     if (!current()) return;
     if (within) this.tier.replaceableComplete = true;

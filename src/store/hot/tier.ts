@@ -239,17 +239,25 @@ export class HotTier {
       if (!existing.listed) this.list(existing, oldest);
       return;
     }
-    let key: string | null = null;
-    let held: HeldEvent | undefined;
-    if (p.kindClass === 'replaceable') held = this.replaceable.get(event.kind)?.get(event.pubkey);
-    else if (p.dTag !== null) held = this.byKey.get((key = `${event.kind}:${event.pubkey}:${p.dTag}`));
-    if (held) {
-      if (held.created_at > event.created_at || (held.created_at === event.created_at && held.id < event.id)) return;
-      this.drop(held);
-    }
+    const key = p.kindClass !== 'replaceable' && p.dTag !== null ? `${event.kind}:${event.pubkey}:${p.dTag}` : null;
+    if (!this.replacesHeld(p, key)) return;
     const author = this.authorOf(event.pubkey);
     const e = this.create(p, author.key, key);
     this.list(e, oldest, author);
+  }
+
+  /**
+   * The store's choice between `p` and the version of its key held, if any (the higher created_at,
+   * on a tie the lower id): false when the held one stays; otherwise the held one is dropped.
+   * `key`: an addressable event's kind:pubkey:d (a replaceable one is found by kind and pubkey).
+   */
+  private replacesHeld(p: PreparedEvent, key: string | null): boolean {
+    const { event } = p;
+    const held = p.kindClass === 'replaceable' ? this.replaceable.get(event.kind)?.get(event.pubkey) : key !== null ? this.byKey.get(key) : undefined;
+    if (!held) return true;
+    if (held.created_at > event.created_at || (held.created_at === event.created_at && held.id < event.id)) return false;
+    this.drop(held);
+    return true;
   }
 
   /** The author's list, created if there is none. */
@@ -308,12 +316,7 @@ export class HotTier {
    */
   preHold(p: PreparedEvent): void {
     const { event } = p;
-    if (p.kindClass !== 'replaceable' || this.byId.has(event.id)) return;
-    const held = this.replaceable.get(event.kind)?.get(event.pubkey);
-    if (held) {
-      if (held.created_at > event.created_at || (held.created_at === event.created_at && held.id < event.id)) return;
-      this.drop(held);
-    }
+    if (p.kindClass !== 'replaceable' || this.byId.has(event.id) || !this.replacesHeld(p, null)) return;
     // The author's list is created (empty) for its key: the version shares it, as listed events do.
     const e = this.create(p, this.authorOf(event.pubkey).key, null);
     e.listed = false;
