@@ -16,6 +16,7 @@ import { loadConfig } from '../src/config.js';
 import { createLogger } from '../src/log.js';
 import { parseFilter, type Filter } from '../src/nostr/filter.js';
 import { packageRoot } from '../src/paths.js';
+import { limitsFrom } from '../src/policy/limits.js';
 import { createPool, openDatabase } from '../src/store/database.js';
 import { readNewestFirst } from '../src/store/hot/fill.js';
 import { loadAverage } from './load/system.js';
@@ -71,7 +72,8 @@ async function main(): Promise<void> {
   const drawFirst = `draw it with \`npm run load -- --scenario query --shapes ${values.shapes} --data-dir …\` (the REQs of the k6 ladder)`;
   if (!existsSync(values.mix)) throw new Error(`no REQ mix at ${values.mix}: ${drawFirst}`);
   const mix = JSON.parse(readFileSync(values.mix, 'utf8')) as Array<{ shape: string; filters: string }>;
-  const limits = { maxValuesPerArray: 1000, defaultLimit: 500, maxLimit: 5000 };
+  const config = loadConfig();
+  const limits = limitsFrom(config); // the relay's own: a filter without `limit` gets DEFAULT_LIMIT
   const byShape = new Map<string, Filter[]>(shapes.map((s) => [s, []]));
   for (const { shape, filters } of mix)
     for (const input of JSON.parse(`[${filters}]`) as unknown[]) {
@@ -80,7 +82,6 @@ async function main(): Promise<void> {
     }
   for (const [shape, filters] of byShape) if (filters.length === 0) throw new Error(`no REQs of shape ${shape} in ${values.mix}: ${drawFirst}`);
 
-  const config = loadConfig();
   const log = createLogger('warn', 2);
   const db = await openDatabase(config, log, { ownEmbeddedServer: false });
   const pool = createPool(db.url, { DB_POOL_SIZE: 1, QUERY_TIMEOUT_MS: 0 }, log);
@@ -121,11 +122,12 @@ async function main(): Promise<void> {
         const started = performance.now();
         for (const f of filters) b.tier.answer(f, now);
         const key = `${b.name}\t${shape}`;
-        times.set(key, [...(times.get(key) ?? []), ((performance.now() - started) * 1000) / filters.length]);
+        if (!times.has(key)) times.set(key, []);
+        times.get(key)!.push(((performance.now() - started) * 1000) / filters.length);
       }
     }
   }
-  console.log(`npm run bench:hot-answer -- --events ${wanted} --rounds ${rounds}${values.compare ? ` --compare ${values.compare}` : ''}   (load average ${load.toFixed(2)} at start, ${loadAverage().toFixed(2)} at end)`);
+  console.log(`npm run bench:hot-answer -- --events ${values.events} --rounds ${rounds}${values.compare ? ` --compare ${values.compare}` : ''}   (load average ${load.toFixed(2)} at start, ${loadAverage().toFixed(2)} at end)`);
   console.log(`${builds[0]!.tier.size} events held; ${fromMemory} filters answered from memory${builds.length > 1 ? `, ${differ} with different answers in the two builds` : ''}`);
   console.log('');
   console.log(`| shape | REQs | ${builds.map((b) => `${b.name}: µs per answer, median (range)`).join(' | ')} |`);
