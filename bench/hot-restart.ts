@@ -6,7 +6,9 @@
 // sends one REQ at a time from the moment the relay listens, drawn in turns from the query ladder's
 // shapes (--shapes, from the corpus' manifest), and reads the relay's pgrelay_hot_tier_reqs_total
 // after each: so each REQ is known to have been answered from memory or by PostgreSQL, and each
-// shape has a time from which every one of its REQs was answered from memory.
+// shape has a time from which every one of its REQs was answered from memory. --from says whether
+// the relay reads back the snapshot its last stop wrote (HOT_TIER_SNAPSHOT) or fills from the
+// database, or alternates the two; each start says which it did, and how long its stop took to write.
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
@@ -32,7 +34,9 @@ options:
   --data-dir DIR   the seeded DATA_DIR (default: DATA_DIR from the environment, else ./data)
   --budget-mb N    HOT_TIER_MB for the relay (default 1600: a million bench events and their indexes)
   --runs N         starts, one after the other (default 2)
-  --shapes a,b     the probe's REQ shapes, in turns (default ${PROBE_SHAPES})`;
+  --shapes a,b     the probe's REQ shapes, in turns (default ${PROBE_SHAPES})
+  --from WHAT      snapshot: HOT_TIER_SNAPSHOT on (a start with no snapshot yet fills, its stop writes one);
+                   database: off, every start fills; alternate: on and off in turns (default snapshot)`;
 
 const { values } = parseArgs({
   options: {
@@ -40,12 +44,17 @@ const { values } = parseArgs({
     'budget-mb': { type: 'string', default: '1600' },
     runs: { type: 'string', default: '2' },
     shapes: { type: 'string', default: PROBE_SHAPES },
+    from: { type: 'string', default: 'snapshot' },
     help: { type: 'boolean', default: false },
   },
 });
 if (values.help) {
   console.log(HELP);
   process.exit(0);
+}
+if (!['snapshot', 'database', 'alternate'].includes(values.from!)) {
+  console.error(`--from: snapshot, database or alternate, not ${values.from}`);
+  process.exit(2);
 }
 const DATA_DIR = path.resolve(values['data-dir'] ?? process.env.DATA_DIR ?? 'data');
 const sleep = (msec: number) => new Promise<void>((r) => setTimeout(r, msec));
@@ -156,6 +165,10 @@ interface StartResult {
   ninety?: number;
   filled?: number;
   filledLogSeconds?: number;
+  /** Where the tier was filled from (the "hot tier filled" line's `from`). */
+  from: string;
+  /** Seconds the stop took to write the snapshot, if it wrote one. */
+  writtenSeconds?: number;
   held: number;
   peakRssMb?: number;
   probesDuringFill: number;
@@ -168,11 +181,12 @@ interface StartResult {
   shapes: Map<string, { since?: number; memory: number; database: number }>;
 }
 
-async function start(mix: MixEntry[]): Promise<StartResult> {
+async function start(mix: MixEntry[], snapshot: boolean): Promise<StartResult> {
   const loadBefore = loadAverage();
   const spawned = performance.now();
   const since = (t: number) => (t - spawned) / 1000;
-  const relay = await startRelayProcess({ DATA_DIR, HOT_TIER_MB: values['budget-mb']! });
+  const relay = await startRelayProcess({ DATA_DIR, HOT_TIER_MB: values['budget-mb']!, HOT_TIER_SNAPSHOT: String(snapshot) });
+  let result: StartResult;
   try {
     const listening = since(performance.now());
     const p = probe(relay, mix);
@@ -195,7 +209,7 @@ async function start(mix: MixEntry[]): Promise<StartResult> {
     const reached = (fraction: number) => curve.find((c) => c.held >= fraction * held)?.at;
     const filledLine = relay.logs.find((l) => l.msg === 'hot tier filled');
     const during = summarize(p.samples.filter((s) => s.at < filledAt!).map((s) => s.ms));
-    return {
+    result = {
       loadBefore,
       loadAfter: loadAverage(),
       listening,
@@ -203,6 +217,7 @@ async function start(mix: MixEntry[]): Promise<StartResult> {
       ninety: reached(0.9) && since(reached(0.9)!),
       filled: since(filledAt!),
       filledLogSeconds: filledLine?.seconds as number | undefined,
+      from: (filledLine?.from as string | undefined) ?? 'database',
       held,
       peakRssMb: (peakRssBytes(relay.pid) ?? NaN) / 2 ** 20,
       probesDuringFill: p.samples.filter((s) => s.at < filledAt!).length,
@@ -216,6 +231,8 @@ async function start(mix: MixEntry[]): Promise<StartResult> {
   } finally {
     await relay.stop();
   }
+  result.writtenSeconds = relay.logs.find((l) => l.msg === 'hot tier snapshot written')?.seconds as number | undefined;
+  return result;
 }
 
 /** The probe's REQs: the shapes drawn from the corpus' manifest (read before the timed starts). */
@@ -236,27 +253,27 @@ async function main(): Promise<void> {
   const mix = await probeMix();
   const results: StartResult[] = [];
   for (let i = 0; i < Number(values.runs); i++) {
-    results.push(await start(mix));
+    results.push(await start(mix, values.from === 'snapshot' || (values.from === 'alternate' && i % 2 === 1)));
     await sleep(2000);
   }
   const s = (x: number | undefined) => (x === undefined ? '–' : x.toFixed(1));
-  console.log('\n| start | load avg before → after | listening s | 50 % held s | 90 % held s | filled s (log line s) | events held | peak RSS MB | probe REQs during the fill (p50 / max ms) | REQs: memory / mixed / database |');
-  console.log('|---:|---|---:|---:|---:|---|---:|---:|---|---|');
+  console.log('\n| start | from | load avg before → after | listening s | 50 % held s | 90 % held s | filled s (log line s) | events held | peak RSS MB | probe REQs during the fill (p50 / max ms) | REQs: memory / mixed / database | snapshot written at stop s |');
+  console.log('|---:|---|---|---:|---:|---:|---|---:|---:|---|---|---:|');
   results.forEach((r, i) => {
     console.log(
-      `| ${i + 1} | ${r.loadBefore.toFixed(2)} → ${r.loadAfter.toFixed(2)} | ${s(r.listening)} | ${s(r.half)} | ${s(r.ninety)} | ${s(r.filled)} (${s(r.filledLogSeconds)}) | ${r.held} | ${Math.round(r.peakRssMb ?? NaN)} | ${r.probesDuringFill} (${ms(r.probeP50)} / ${ms(r.probeMax)}) | ${r.memory} / ${r.mixed} / ${r.database} |`,
+      `| ${i + 1} | ${r.from} | ${r.loadBefore.toFixed(2)} → ${r.loadAfter.toFixed(2)} | ${s(r.listening)} | ${s(r.half)} | ${s(r.ninety)} | ${s(r.filled)} (${s(r.filledLogSeconds)}) | ${r.held} | ${Math.round(r.peakRssMb ?? NaN)} | ${r.probesDuringFill} (${ms(r.probeP50)} / ${ms(r.probeMax)}) | ${r.memory} / ${r.mixed} / ${r.database} | ${s(r.writtenSeconds)} |`,
     );
   });
   const shapes = values.shapes!.split(',');
   console.log('\nSeconds from the spawn after which every probe REQ of a shape was answered from memory (its REQs from memory / by PostgreSQL):\n');
-  console.log(`| start | ${shapes.join(' | ')} |`);
-  console.log(`|---:|${shapes.map(() => '---:').join('|')}|`);
+  console.log(`| start | from | ${shapes.join(' | ')} |`);
+  console.log(`|---:|---|${shapes.map(() => '---:').join('|')}|`);
   results.forEach((r, i) => {
     const cells = shapes.map((name) => {
       const x = r.shapes.get(name);
       return x ? `${s(x.since)} (${x.memory} / ${x.database})` : '–';
     });
-    console.log(`| ${i + 1} | ${cells.join(' | ')} |`);
+    console.log(`| ${i + 1} | ${r.from} | ${cells.join(' | ')} |`);
   });
 }
 

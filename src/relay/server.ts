@@ -145,7 +145,7 @@ export async function startRelay(config: Config, db: PrimaryDatabase, log: Logge
   const tierBytes = hotTierBytes(config.HOT_TIER_MB);
   const feed = await new ChangeFeed(db.url, pool, changes, log, { removals: tierBytes > 0, onRead: (result) => metrics.feedRead(result), spacingMs: config.FEED_READ_SPACING_MS }).start();
   // The newest events in memory, kept current from the change stream (store/hot/service.ts).
-  const tier = tierBytes > 0 ? new HotTierService(pool, changes, feed, log, tierBytes).start() : undefined;
+  const tier = tierBytes > 0 ? new HotTierService(pool, changes, feed, log, tierBytes, undefined, undefined, config.HOT_TIER_SNAPSHOT ? config.DATA_DIR : undefined).start() : undefined;
   const reads = await new ReadRouter(
     pool,
     config.READ_DATABASE_URL.map((url) => ({ url, pool: createPool(url, config, log) })),

@@ -15,11 +15,11 @@ import { ChangeStream } from '../../src/store/changes.js';
 import { createPool, openDatabase, type Database } from '../../src/store/database.js';
 import { ChangeFeed } from '../../src/store/feed.js';
 import { prepareHeld, readNewestFirst } from '../../src/store/hot/fill.js';
-import { streamStored } from '../../src/store/hot/read.js';
 import { HotTierService } from '../../src/store/hot/service.js';
 import { HotTier } from '../../src/store/hot/tier.js';
 import { prepareEvent, prepareStored } from '../../src/store/prepared-event.js';
 import { createTestDatabase } from '../support/database.js';
+import { tierReq as tierReqOf } from '../support/tier-req.js';
 import { until } from '../support/wait.js';
 import { isReplaceable } from '../../src/nostr/kinds.js';
 import { BASE_TIME, eventArb, eventsArb, expirationsAround, filtersArb, insertAll, parseAll, PUBKEYS, referenceStored, resultOrder, storeReq, TIME_SPAN, type RawFilter } from './nip01-reference.js';
@@ -145,14 +145,7 @@ describe('what other writers do while the fill reads', () => {
     await db?.close();
   });
 
-  async function tierReq(service: HotTierService, filters: RawFilter[]): Promise<string[]> {
-    const out: string[] = [];
-    await streamStored(service, async () => db.pool, parseAll(filters, LIMITS), NOW, (rows) => {
-      out.push(...rows.map((r) => r.id));
-      return true;
-    });
-    return out;
-  }
+  const tierReq = (service: HotTierService, filters: RawFilter[]) => tierReqOf(service, db.pool, filters, NOW, LIMITS);
 
   /** A table of 240 sampled events; returns 240 more sampled with them, for a test to store meanwhile. */
   async function storeSample(seed: number): Promise<{ initial: NostrEvent[]; later: NostrEvent[] }> {

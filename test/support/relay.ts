@@ -27,7 +27,7 @@ const NO_RATE_LIMITS = {
 /** `databaseUrl`: share another test relay's database (several relay processes on one database). */
 export async function startTestRelay(env: Record<string, string> = {}, databaseUrl?: string): Promise<TestRelay> {
   databaseUrl ??= await createTestDatabase();
-  const config = parseConfig({ PORT: '0', HOST: '127.0.0.1', LOG_LEVEL: process.env.TEST_LOG_LEVEL ?? 'silent', ...NO_RATE_LIMITS, ...env, DATABASE_URL: databaseUrl });
+  const config = parseConfig({ PORT: '0', HOST: '127.0.0.1', LOG_LEVEL: process.env.TEST_LOG_LEVEL ?? 'silent', ...NO_RATE_LIMITS, HOT_TIER_SNAPSHOT: 'false', ...env, DATABASE_URL: databaseUrl });
   const log = createLogger(config.LOG_LEVEL);
   const db = await openDatabase(config, log);
   const relay = await startRelay(config, db, log);

@@ -23,7 +23,10 @@ import type { ChangeFeed } from '../feed.js';
 import { REMOVALS_KEEP_MINUTES } from '../feed.js';
 import type { PreparedEvent } from '../prepared-event.js';
 import type { StoredRow } from '../read.js';
+import { mkdirSync } from 'node:fs';
 import { FILL_BATCH_ROWS, prepareHeld, readBatches, readNewestFirst, REPLACEABLE_SQL } from './fill.js';
+import { bucketPrintsQuery, bucketRange, bucketRowsQuery, claimSnapshot, differingBuckets, removeFile, snapshotFile, type BucketPrint } from './restore.js';
+import { SnapshotReader, writeSnapshot } from './snapshot.js';
 import { HotTier } from './tier.js';
 
 /** Events evicted per turn of the event loop: about 2.5 ms (4-5 µs each, measured at 1M held). */
@@ -55,6 +58,8 @@ export interface HotTierStats {
   filling: boolean;
   /** Every stored replaceable event's current version is held (the fill's first pass is over). */
   replaceableComplete: boolean;
+  /** Where the tier was last filled from: the database (the fill), or a snapshot read back and checked. */
+  filledFrom: 'database' | 'snapshot' | undefined;
 }
 
 /**
@@ -70,6 +75,7 @@ interface DuringFill {
 export class HotTierService {
   private tier: HotTier;
   private filling = false;
+  private filledFrom: HotTierStats['filledFrom'];
   private fillGeneration = 0;
   /** Set while the fill reads (see DuringFill). */
   private during: DuringFill | undefined;
@@ -99,6 +105,8 @@ export class HotTierService {
     private readonly freshTimeoutMs = FRESH_TIMEOUT_MS,
     /** Rows per batch of the fill (tests make it small). */
     private readonly fillBatchRows = FILL_BATCH_ROWS,
+    /** Where the tier is written at stop and read back at start (HOT_TIER_SNAPSHOT); undefined: never. */
+    private readonly snapshotDir?: string,
   ) {
     this.tier = new HotTier({ budgetBytes });
     this.timer = setInterval(() => this.housekeeping(), 5000);
@@ -107,18 +115,168 @@ export class HotTierService {
 
   start(): this {
     this.unsubscribe = this.changes.subscribe((change) => this.apply(change));
-    void this.fill();
+    void this.begin();
     return this;
   }
 
+  /** From the snapshot the last stop wrote, checked against the database; else (or if that fails) by the fill. */
+  private async begin(): Promise<void> {
+    const file = this.snapshotDir === undefined ? undefined : claimSnapshot(this.snapshotDir);
+    if (file !== undefined) {
+      const generation = ++this.fillGeneration;
+      try {
+        if (await this.restore(file, generation)) return;
+      } catch (err) {
+        if (!this.stopped) this.log.warn({ err: (err as Error).message, file }, 'hot tier: the snapshot could not be read back; filling from the database');
+      } finally {
+        removeFile(file);
+        if (generation === this.fillGeneration) this.during = undefined;
+      }
+      if (this.stopped || generation !== this.fillGeneration) return;
+    }
+    await this.fill();
+  }
+
+  /**
+   * Stops keeping the tier current; with a snapshot folder, writes what the tier holds there first
+   * (not while it fills: the next start fills instead).
+   */
   stop(): void {
+    if (!this.stopped && this.snapshotDir !== undefined && !this.filling) this.writeSnapshot(this.snapshotDir);
     this.stopped = true;
     this.unsubscribe?.();
     clearInterval(this.timer);
   }
 
+  private writeSnapshot(dir: string): void {
+    const image = this.tier.image();
+    if (!image) return;
+    const started = Date.now();
+    try {
+      mkdirSync(dir, { recursive: true });
+      const bytes = writeSnapshot(snapshotFile(dir), image);
+      this.log.info({ events: image.events.length, megabytes: Math.round(bytes / 2 ** 20), seconds: (Date.now() - started) / 1000 }, 'hot tier snapshot written');
+    } catch (err) {
+      this.log.warn({ err: (err as Error).message, dir }, 'hot tier: the snapshot could not be written; the next start fills from the database');
+    }
+  }
+
+  /**
+   * A snapshot read back into a new tier while PostgreSQL computes its buckets' figures in one
+   * statement snapshot (restore.ts); the buckets that differ read again in that snapshot, and what the
+   * change stream brought meanwhile applied as the fill applies it. False when the snapshot is not
+   * worth it (another budget, or most of it out of date): the fill runs instead.
+   */
+  private async restore(file: string, generation: number): Promise<boolean> {
+    const started = Date.now();
+    const reader = SnapshotReader.open(file);
+    let client: pg.PoolClient | undefined;
+    let failed = false;
+    let committed = false;
+    try {
+      const { header } = reader;
+      const windowStart = header.windowStart ?? -Infinity;
+      // Filled to another budget: a larger one would leave memory unused, a smaller one evict at once.
+      if (header.heldBytes > this.budgetBytes || (windowStart !== -Infinity && header.heldBytes < 0.9 * this.budgetBytes)) {
+        this.log.info({ snapshotMegabytes: Math.round(header.heldBytes / 2 ** 20), budgetMegabytes: Math.round(this.budgetBytes / 2 ** 20) }, 'hot tier: the snapshot was written for another HOT_TIER_MB; filling from the database');
+        return false;
+      }
+      const current = () => !this.stopped && generation === this.fillGeneration;
+      this.filling = true;
+      this.log.info({ events: header.events, file }, 'hot tier reading its snapshot');
+      // Before the statement snapshot: what is committed after it is announced after this.
+      const during: DuringFill = (this.during = { removed: new Set(), waiting: new Map() });
+      client = await this.pool.connect();
+      await client.query('BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY');
+      await client.query('SET LOCAL statement_timeout = 0');
+      const { bounds, replaceableComplete } = header;
+      const query = bucketPrintsQuery(bounds, windowStart, replaceableComplete);
+      const theirs = client.query<BucketPrint & { bucket: number }>(query.text, query.values);
+      theirs.catch(() => undefined); // awaited below
+      const turn = async () => {
+        await new Promise((next) => setImmediate(next));
+        if (!current()) throw new Error('stopped');
+      };
+      const { image, prints } = await reader.read(turn);
+      const readAt = Date.now();
+      const tier = new HotTier({ budgetBytes: this.budgetBytes });
+      for (const _ of tier.restore(image)) await turn();
+      const builtAt = Date.now();
+      const table = new Map((await theirs).rows.map((r) => [r.bucket, r]));
+      const differing = differingBuckets(prints, table);
+      const answeredAt = Date.now();
+      // Read again, the part that differs would be more than half of what the fill reads: fill.
+      let stale = 0;
+      let total = 0;
+      for (const print of table.values()) total += print.n;
+      for (const b of differing) stale += table.get(b)?.n ?? 0;
+      if (2 * stale > total) {
+        this.log.info({ differingBuckets: differing.length, buckets: bounds.length + 1 }, 'hot tier: most of the snapshot is out of date; filling from the database');
+        return false;
+      }
+      let readAgain = 0;
+      for (const b of differing) {
+        const range = bucketRange(bounds, b);
+        const rows = client.query<{ raw: string }>(bucketRowsQuery(range, windowStart, replaceableComplete));
+        const stored = new Map<string, PreparedEvent>();
+        for (const { raw } of (await rows).rows) {
+          const p = prepareHeld(raw);
+          stored.set(p.event.id, p);
+        }
+        readAgain += stored.size;
+        const gone: string[] = [];
+        for (const e of tier.heldBetween(range[0], range[1])) if (!stored.delete(e.id)) gone.push(e.id);
+        tier.remove(gone);
+        for (const p of stored.values()) this.holdRestored(tier, p, windowStart);
+        if (!current()) throw new Error('stopped');
+      }
+      await client.query('COMMIT');
+      committed = true;
+      // What the change stream brought since the statement snapshot: removals first (an id removed
+      // and stored again since is among the waiting events, forget() having taken it out before).
+      tier.remove(during.removed);
+      for (const p of during.waiting.values()) this.holdRestored(tier, p, windowStart);
+      tier.listUnlisted();
+      this.tier = tier;
+      this.filling = false;
+      this.filledFrom = 'snapshot';
+      this.log.info(
+        {
+          events: tier.size,
+          megabytes: Math.round(tier.bytes / 2 ** 20),
+          windowStart,
+          seconds: (Date.now() - started) / 1000,
+          from: 'snapshot',
+          // reading the file, building the lists, then waiting for the database's figures, reading again what differs
+          phases: [readAt - started, builtAt - readAt, answeredAt - builtAt, Date.now() - answeredAt].map((ms) => ms / 1000),
+          bucketsReadAgain: differing.length,
+          eventsReadAgain: readAgain,
+        },
+        'hot tier filled',
+      );
+      this.evictLater();
+      return true;
+    } catch (err) {
+      failed = true;
+      throw err;
+    } finally {
+      reader.close();
+      if (generation === this.fillGeneration) this.filling = false;
+      if (client) {
+        if (!failed && !committed) await client.query('ROLLBACK').catch(() => (failed = true));
+        client.release(failed);
+      }
+    }
+  }
+
+  /** An event the snapshot lacks: held in the window, or below it as the replaceable version it is (when every version is held). */
+  private holdRestored(tier: HotTier, p: PreparedEvent, windowStart: number): void {
+    if (p.event.created_at >= windowStart) tier.add(p);
+    else if (p.kindClass === 'replaceable' && tier.replaceableComplete) tier.preHold(p);
+  }
+
   get current(): HotTierStats {
-    return { events: this.tier.size, bytes: this.tier.bytes, windowStart: this.tier.windowStart, filling: this.filling, replaceableComplete: this.tier.replaceableComplete };
+    return { events: this.tier.size, bytes: this.tier.bytes, windowStart: this.tier.windowStart, filling: this.filling, replaceableComplete: this.tier.replaceableComplete, filledFrom: this.filledFrom };
   }
 
   private apply(change: Change): void {
@@ -289,6 +447,7 @@ export class HotTierService {
         for (const p of during.waiting.values()) this.tier.add(p);
       }
       this.tier.listUnlisted();
+      this.filledFrom = 'database';
       this.log.info({ events: this.tier.size, megabytes: Math.round(this.tier.bytes / 2 ** 20), windowStart: this.tier.windowStart, seconds: (Date.now() - started) / 1000 }, 'hot tier filled');
     } catch (err) {
       this.log.warn({ err: (err as Error).message }, 'hot tier: fill failed; PostgreSQL answers until it is retried');

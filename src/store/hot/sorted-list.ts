@@ -29,6 +29,13 @@ export class SortedList {
     this.items = first ? [first] : [];
   }
 
+  /** A list of these events, already in its order (oldest first), taken as they are. */
+  static of(key: string, items: HeldEvent[]): SortedList {
+    const list = new SortedList(key);
+    list.items = items;
+    return list;
+  }
+
   /** Alive entries. */
   get size(): number {
     return this.items.length - this.start - this.dead;

@@ -36,6 +36,16 @@ export class TagIndex {
     return list.key;
   }
 
+  /**
+   * A snapshot's value (HotTier.restore): the events that have it, in list order (oldest first), as
+   * its entry; nothing filed under it yet.
+   */
+  restore(name: string, value: string, events: HeldEvent[]): void {
+    let values = this.names.get(name);
+    if (values === undefined) this.names.set(name, (values = new Map()));
+    values.set(value, events.length === 1 ? events[0]! : SortedList.of(value, events));
+  }
+
   get(name: string, value: string): TagEntry | undefined {
     return this.names.get(name)?.get(value);
   }

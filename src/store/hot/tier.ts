@@ -71,6 +71,24 @@ class AuthorList extends SortedList {
   readonly byKind = new Map<number, SortedList>();
 }
 
+/** A snapshot read back (snapshot.ts), for HotTier.restore: the events and how they group. */
+export interface TierImage {
+  windowStart: number;
+  replaceableComplete: boolean;
+  /** Oldest first, in list order. */
+  events: HeldEvent[];
+  /** Per event: its kind, and its author (an index into strings). */
+  kind: Uint32Array;
+  author: Uint32Array;
+  /** Per event: the end of its indexed tags among the pairs. */
+  pairEnd: Uint32Array;
+  /** Per pair: the tag name's character code, and the value (an index into strings). */
+  pairName: Uint8Array;
+  pairValue: Uint32Array;
+  /** The strings the events share: authors' pubkeys, tag values … (each event holds these very strings). */
+  strings: string[];
+}
+
 export class HotTier {
   private readonly budgetBytes: number;
   private start = Infinity;
@@ -163,6 +181,117 @@ export class HotTier {
     for (const p of page) this.hold(p, true);
     if (end) this.start = -Infinity;
     else if (page.length > 0) this.start = Math.min(this.start, page[page.length - 1].event.created_at + 1);
+  }
+
+  // -------------------------------------------------------------------------------------------------
+  // Snapshots (snapshot.ts): what a stopping relay writes, and a starting one reads back
+
+  /**
+   * The events a snapshot keeps, oldest first in list order: every held event at or above the
+   * window, and, when replaceableComplete, every replaceable version below it (events the fill held
+   * below the window are left out: the window says nothing of them). Undefined while the tier is not
+   * in a state worth keeping (nothing trusted yet, or events held but not yet listed: a fill runs).
+   */
+  image(): { windowStart: number; replaceableComplete: boolean; events: HeldEvent[] } | undefined {
+    if (this.start === Infinity || this.unlisted.size > 0) return undefined;
+    const events: HeldEvent[] = [];
+    const { items, start } = this.all;
+    for (let i = start; i < items.length; i++) {
+      const e = items[i]!;
+      if (e.alive && (e.created_at >= this.start || (this.replaceableComplete && isReplaceable(e.kind)))) events.push(e);
+    }
+    return { windowStart: this.start, replaceableComplete: this.replaceableComplete, events };
+  }
+
+  /**
+   * Builds this tier, empty until now and reached by nothing else yet, from a snapshot read back
+   * (snapshot.ts): each list made whole at once from the events grouped by author, kind and tag
+   * value, in their order (oldest first, trusted), rather than event by event. A generator: it
+   * yields every few milliseconds of work, so its caller can let the event loop turn. The window
+   * and replaceableComplete are the snapshot's once it has run to its end.
+   */
+  *restore(image: TierImage): Generator<void, void, void> {
+    const { events, kind, author, pairEnd, pairName, pairValue, strings } = image;
+    const n = events.length;
+    const STEP = 20_000;
+    for (let i = 0; i < n; i++) {
+      const e = events[i]!;
+      this.byId.set(e.id, e);
+      if (e.key !== null) this.byKey.set(e.key, e);
+      if (isReplaceable(e.kind)) {
+        const versions = this.replaceable.get(e.kind);
+        if (versions) versions.set(e.pubkey, e);
+        else this.replaceable.set(e.kind, new Map([[e.pubkey, e]]));
+      }
+      this.heldBytesTotal += bytesOf(e);
+      const list = this.byKind.get(e.kind);
+      if (list) list.items.push(e);
+      else this.byKind.set(e.kind, new SortedList('', e));
+      if (i % STEP === STEP - 1) yield;
+    }
+    this.all.items = events;
+    yield;
+    // Authors: the events grouped by author (a counting sort, stable: each group in list order).
+    const byAuthor = groupBy(author, strings.length);
+    for (let a = 0, done = 0; a < strings.length; a++) {
+      const from = byAuthor.starts[a]!;
+      const to = byAuthor.starts[a + 1]!;
+      if (from === to) continue;
+      const list = new AuthorList(strings[a]!);
+      const items = (list.items = new Array<HeldEvent>(to - from));
+      for (let j = from; j < to; j++) {
+        const at = byAuthor.order[j]!;
+        const e = (items[j - from] = events[at]!);
+        const k = kind[at]!;
+        const ofKind = list.byKind.get(k);
+        if (ofKind) ofKind.items.push(e);
+        else list.byKind.set(k, new SortedList('', e));
+      }
+      this.byAuthor.set(list.key, list);
+      if ((done += to - from) >= STEP) {
+        done = 0;
+        yield;
+      }
+    }
+    // Tags: the pairs grouped by value, then by name (a value is nearly always under one name only).
+    const pairOf = new Uint32Array(pairValue.length);
+    for (let i = 0, p = 0; i < n; i++) for (const end = pairEnd[i]!; p < end; p++) pairOf[p] = i;
+    const { starts, order } = groupBy(pairValue, strings.length);
+    yield;
+    for (let v = 0, done = 0; v < strings.length; v++) {
+      const from = starts[v]!;
+      const to = starts[v + 1]!;
+      if (from === to) continue;
+      const first = pairName[order[from]!]!;
+      let names: Set<number> | undefined;
+      for (let j = from + 1; j < to; j++) if (pairName[order[j]!] !== first) (names ??= new Set()).add(pairName[order[j]!]!);
+      for (const name of names ? [first, ...names] : [first]) {
+        const group: HeldEvent[] = [];
+        for (let j = from; j < to; j++) if (pairName[order[j]!] === name) group.push(events[pairOf[order[j]!]!]!);
+        this.byTag.restore(String.fromCharCode(name), strings[v]!, group);
+      }
+      if ((done += to - from) >= STEP) {
+        done = 0;
+        yield;
+      }
+    }
+    this.start = image.windowStart;
+    this.replaceableComplete = image.replaceableComplete;
+  }
+
+  /**
+   * The held events (alive, listed) with lo <= created_at < hi, oldest first: a snapshot's part
+   * compared with the database (hot/restore.ts).
+   */
+  heldBetween(lo: number, hi: number): HeldEvent[] {
+    const { items, start } = this.all;
+    const out: HeldEvent[] = [];
+    for (let i = this.all.lastAtOrBefore(lo - 1) + 1; i < items.length && i >= start; i++) {
+      const e = items[i]!;
+      if (e.created_at >= hi) break;
+      if (e.alive) out.push(e);
+    }
+    return out;
   }
 
   /**
@@ -499,6 +628,20 @@ function putIn<K>(lists: Map<K, SortedList>, key: K, e: HeldEvent, oldest: boole
   const list = lists.get(key);
   if (list) put(list, e, oldest);
   else lists.set(key, new SortedList('', e));
+}
+
+/**
+ * A counting sort of the positions 0..keys.length-1 by their key (each below `size`), stable:
+ * the positions of key k are order[starts[k] .. starts[k+1]-1], in ascending order.
+ */
+function groupBy(keys: ArrayLike<number>, size: number): { starts: Uint32Array; order: Uint32Array } {
+  const starts = new Uint32Array(size + 1);
+  for (let i = 0; i < keys.length; i++) starts[keys[i]! + 1]!++;
+  for (let k = 0; k < size; k++) starts[k + 1]! += starts[k]!;
+  const next = starts.slice(0, size);
+  const order = new Uint32Array(keys.length);
+  for (let i = 0; i < keys.length; i++) order[next[keys[i]!]!++] = i;
+  return { starts, order };
 }
 
 /** Counts a dead entry in the list; true when the list has no alive entry left. */
