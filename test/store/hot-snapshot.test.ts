@@ -43,9 +43,9 @@ function tierOf(raws: string[], budgetBytes = Infinity): HotTier {
 async function readBack(file: string, budgetBytes = Infinity): Promise<HotTier> {
   const reader = SnapshotReader.open(file);
   try {
-    const { image } = await reader.read(async () => undefined, 7);
     const tier = new HotTier({ budgetBytes });
-    for (const _ of tier.restore(image));
+    const { image } = await reader.read(async () => undefined, (e, bytes) => tier.restoreEvent(e, bytes), 7);
+    for (const _ of tier.restoreLists(image));
     return tier;
   } finally {
     reader.close();
@@ -146,7 +146,7 @@ describe('a snapshot file', () => {
     bytes.writeDoubleLE(bytes.readDoubleLE(createdAtAt) + 1, createdAtAt);
     writeFileSync(file, bytes);
     const altered = SnapshotReader.open(file);
-    await expect(altered.read(async () => undefined)).rejects.toThrow(/does not match its JSON|not in order/);
+    await expect(altered.read(async () => undefined, () => undefined)).rejects.toThrow(/does not match its JSON|not in order/);
     altered.close();
   });
 });

@@ -197,10 +197,10 @@ export class HotTierService {
         await new Promise((next) => setImmediate(next));
         if (!current()) throw new Error('stopped');
       };
-      const { image, prints } = await reader.read(turn);
-      const readAt = Date.now();
       const tier = new HotTier({ budgetBytes: this.budgetBytes });
-      for (const _ of tier.restore(image)) await turn();
+      const { image, prints } = await reader.read(turn, (e, bytes) => tier.restoreEvent(e, bytes));
+      const readAt = Date.now();
+      for (const _ of tier.restoreLists(image)) await turn();
       const builtAt = Date.now();
       const table = new Map((await theirs).rows.map((r) => [r.bucket, r]));
       const differing = differingBuckets(prints, table);

@@ -204,31 +204,36 @@ export class HotTier {
   }
 
   /**
-   * Builds this tier, empty until now and reached by nothing else yet, from a snapshot read back
-   * (snapshot.ts): each list made whole at once from the events grouped by author, kind and tag
-   * value, in their order (oldest first, trusted), rather than event by event. A generator: it
-   * yields every few milliseconds of work, so its caller can let the event loop turn. The window
-   * and replaceableComplete are the snapshot's once it has run to its end.
+   * A snapshot's event read back (snapshot.ts), into a tier empty until now and reached by nothing
+   * else yet: held by id, key and replaceable version, and appended to its kind's list, as it is read
+   * (its strings still in the CPU cache). `bytes`: heldBytes of it. The other lists follow at once
+   * for all events (restoreLists).
    */
-  *restore(image: TierImage): Generator<void, void, void> {
+  restoreEvent(e: HeldEvent, bytes: number): void {
+    this.byId.set(e.id, e);
+    if (e.key !== null) this.byKey.set(e.key, e);
+    if (isReplaceable(e.kind)) {
+      const versions = this.replaceable.get(e.kind);
+      if (versions) versions.set(e.pubkey, e);
+      else this.replaceable.set(e.kind, new Map([[e.pubkey, e]]));
+    }
+    this.heldBytesTotal += bytes;
+    const list = this.byKind.get(e.kind);
+    if (list) list.items.push(e);
+    else this.byKind.set(e.kind, new SortedList('', e));
+  }
+
+  /**
+   * The rest of a snapshot read back, once every event has been through restoreEvent: each list
+   * made whole at once from the events grouped by author, kind and tag value, in their order (oldest
+   * first, trusted), rather than event by event. A generator: it yields every few milliseconds of
+   * work, so its caller can let the event loop turn. The window and replaceableComplete are the
+   * snapshot's once it has run to its end.
+   */
+  *restoreLists(image: TierImage): Generator<void, void, void> {
     const { events, kind, author, pairEnd, pairName, pairValue, strings } = image;
     const n = events.length;
-    const STEP = 20_000;
-    for (let i = 0; i < n; i++) {
-      const e = events[i]!;
-      this.byId.set(e.id, e);
-      if (e.key !== null) this.byKey.set(e.key, e);
-      if (isReplaceable(e.kind)) {
-        const versions = this.replaceable.get(e.kind);
-        if (versions) versions.set(e.pubkey, e);
-        else this.replaceable.set(e.kind, new Map([[e.pubkey, e]]));
-      }
-      this.heldBytesTotal += bytesOf(e);
-      const list = this.byKind.get(e.kind);
-      if (list) list.items.push(e);
-      else this.byKind.set(e.kind, new SortedList('', e));
-      if (i % STEP === STEP - 1) yield;
-    }
+    const STEP = 5000;
     this.all.items = events;
     yield;
     // Authors: the events grouped by author (a counting sort, stable: each group in list order).
