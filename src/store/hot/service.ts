@@ -197,7 +197,7 @@ export class HotTierService {
         await new Promise((next) => setImmediate(next));
         if (!current()) throw new Error('stopped');
       };
-      const tier = new HotTier({ budgetBytes: this.budgetBytes });
+      const tier = new HotTier({ budgetBytes: this.budgetBytes, expectedEvents: header.events });
       const { image, prints } = await reader.read(turn, (e, bytes) => tier.restoreEvent(e, bytes));
       const readAt = Date.now();
       for (const _ of tier.restoreLists(image)) await turn();

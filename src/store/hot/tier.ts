@@ -13,6 +13,7 @@ import { isReplaceable } from '../../nostr/kinds.js';
 import type { PreparedEvent } from '../prepared-event.js';
 import type { StoredRow } from '../read.js';
 import { HeldEvent, newerFirst } from './held-event.js';
+import { IdIndex } from './id-index.js';
 import { NewestFirst, Run, type EventTest } from './merge.js';
 import { SortedList } from './sorted-list.js';
 import { entrySize, TagIndex } from './tag-index.js';
@@ -20,6 +21,8 @@ import { entrySize, TagIndex } from './tag-index.js';
 export interface HotTierOptions {
   /** Evict (evict()) down to this estimate of the heap the held events take. */
   budgetBytes: number;
+  /** Events it will soon hold (a snapshot's), to size the id index once. */
+  expectedEvents?: number;
 }
 
 /** An authors × kinds filter reads the author+kind lists up to this many pairs, else author lists. */
@@ -104,7 +107,7 @@ export class HotTier {
   /** Held by preHold and not yet in the index lists. */
   private readonly unlisted = new Set<HeldEvent>();
 
-  private readonly byId = new Map<string, HeldEvent>();
+  private readonly byId: IdIndex;
   /** Addressable events by kind:pubkey:d: the one version held. */
   private readonly byKey = new Map<string, HeldEvent>();
   private readonly all = new SortedList();
@@ -120,6 +123,7 @@ export class HotTier {
 
   constructor(options: HotTierOptions) {
     this.budgetBytes = options.budgetBytes;
+    this.byId = new IdIndex(options.expectedEvents);
   }
 
   /**
@@ -210,7 +214,7 @@ export class HotTier {
    * for all events (restoreLists).
    */
   restoreEvent(e: HeldEvent, bytes: number): void {
-    this.byId.set(e.id, e);
+    this.byId.set(e);
     if (e.key !== null) this.byKey.set(e.key, e);
     if (isReplaceable(e.kind)) {
       const versions = this.replaceable.get(e.kind);
@@ -415,7 +419,7 @@ export class HotTier {
       pairs[2 * i + 1] = p.tags[i]![1];
     }
     const e = new HeldEvent(event.id, pubkey, event.created_at, event.kind, p.raw, pairs, p.expiresAt, key, Buffer.byteLength(p.raw, 'utf8'));
-    this.byId.set(e.id, e);
+    this.byId.set(e);
     if (key !== null) this.byKey.set(key, e);
     if (p.kindClass === 'replaceable') {
       const versions = this.replaceable.get(e.kind);
