@@ -11,6 +11,8 @@ import { loadRouterConfig, RouterConfigError } from './ops/router/config.js';
 import { Router } from './ops/router/router.js';
 import { checkPortFree } from './relay/listen-check.js';
 import { openDatabase } from './store/database.js';
+import { hotTierBytes } from './store/hot/budget.js';
+import { SnapshotLoad } from './store/hot/snapshot-load.js';
 import { startRelay, type RelayServer } from './relay/server.js';
 
 async function main(): Promise<void> {
@@ -42,10 +44,18 @@ async function main(): Promise<void> {
     if (cluster.isPrimary && workerCount(config) > 1) return await runPrimary(config, log, lifecycle);
     // Before the database: a port in use (a second `npm start`, an old relay) costs no PostgreSQL start.
     if (cluster.isPrimary) await checkPortFree(config.PORT, config.HOST);
+    // The hot tier's snapshot needs no database: read back while PostgreSQL starts, and checked
+    // against it once the relay runs (store/hot/service.ts). A start that fails gives the file back.
+    const tierBytes = hotTierBytes(config.HOT_TIER_MB);
+    const snapshot = config.HOT_TIER_SNAPSHOT && tierBytes > 0 ? SnapshotLoad.begin(config.DATA_DIR, tierBytes, log) : undefined;
+    if (snapshot)
+      lifecycle.add('hot tier snapshot', async (reason) => {
+        if (reason === 'startup-failed') snapshot.release();
+      });
     const db = await openDatabase(config, log);
     // After a failed start, an embedded server this process found running (another relay's) stays.
     lifecycle.add('database', (reason) => db.close({ leaveAdopted: reason === 'startup-failed' }));
-    const relay = await startRelay(config, db, log);
+    const relay = await startRelay(config, db, log, { snapshot });
     lifecycle.add('relay', () => relay.close());
     // The router's streams once the relay serves; stopped before it (the writer still takes their events).
     if (config.ROUTER_CONFIG) {

@@ -22,6 +22,7 @@ import { createPool } from '../store/database.js';
 import { ChangeFeed } from '../store/feed.js';
 import { hotTierBytes } from '../store/hot/budget.js';
 import { HotTierService } from '../store/hot/service.js';
+import type { SnapshotLoad } from '../store/hot/snapshot-load.js';
 import { WebhookOutbox } from '../store/outbox.js';
 import { ReadRouter } from '../store/replicas.js';
 import { deleteExpiredEvents } from '../store/expiry.js';
@@ -104,7 +105,7 @@ export interface PrimaryDatabase {
   url: string;
 }
 
-export async function startRelay(config: Config, db: PrimaryDatabase, log: Logger): Promise<RelayServer> {
+export async function startRelay(config: Config, db: PrimaryDatabase, log: Logger, options: { snapshot?: SnapshotLoad } = {}): Promise<RelayServer> {
   const { pool } = db;
   // First, before anything starts that would need stopping: unusable TLS files end the start here.
   const router = new HttpRouter(log);
@@ -145,7 +146,7 @@ export async function startRelay(config: Config, db: PrimaryDatabase, log: Logge
   const tierBytes = hotTierBytes(config.HOT_TIER_MB);
   const feed = await new ChangeFeed(db.url, pool, changes, log, { removals: tierBytes > 0, onRead: (result) => metrics.feedRead(result), spacingMs: config.FEED_READ_SPACING_MS }).start();
   // The newest events in memory, kept current from the change stream (store/hot/service.ts).
-  const tier = tierBytes > 0 ? new HotTierService(pool, changes, feed, log, tierBytes, undefined, undefined, config.HOT_TIER_SNAPSHOT ? config.DATA_DIR : undefined).start() : undefined;
+  const tier = tierBytes > 0 ? new HotTierService(pool, changes, feed, log, tierBytes, undefined, undefined, config.HOT_TIER_SNAPSHOT ? config.DATA_DIR : undefined).start(options.snapshot) : undefined;
   const reads = await new ReadRouter(
     pool,
     config.READ_DATABASE_URL.map((url) => ({ url, pool: createPool(url, config, log) })),

@@ -25,8 +25,9 @@ import type { PreparedEvent } from '../prepared-event.js';
 import type { StoredRow } from '../read.js';
 import { mkdirSync } from 'node:fs';
 import { FILL_BATCH_ROWS, prepareHeld, readBatches, readNewestFirst, REPLACEABLE_SQL } from './fill.js';
-import { bucketPrintsQuery, bucketRange, bucketRowsQuery, claimSnapshot, differingBuckets, removeFile, snapshotFile, type BucketPrint } from './restore.js';
-import { SnapshotReader, writeSnapshot } from './snapshot.js';
+import { bucketPrintsQuery, bucketRange, bucketRowsQuery, differingBuckets, snapshotFile, type BucketPrint } from './restore.js';
+import { writeSnapshot } from './snapshot.js';
+import { SnapshotLoad } from './snapshot-load.js';
 import { HotTier } from './tier.js';
 
 /** Events evicted per turn of the event loop: about 2.5 ms (4-5 µs each, measured at 1M held). */
@@ -76,6 +77,8 @@ export class HotTierService {
   private tier: HotTier;
   private filling = false;
   private filledFrom: HotTierStats['filledFrom'];
+  /** A snapshot being read back. */
+  private loading: SnapshotLoad | undefined;
   private fillGeneration = 0;
   /** Set while the fill reads (see DuringFill). */
   private during: DuringFill | undefined;
@@ -113,23 +116,26 @@ export class HotTierService {
     this.timer.unref();
   }
 
-  start(): this {
+  /** `snapshot`: a snapshot already being read back (main.ts starts it before the database). */
+  start(snapshot?: SnapshotLoad): this {
     this.unsubscribe = this.changes.subscribe((change) => this.apply(change));
-    void this.begin();
+    void this.begin(snapshot);
     return this;
   }
 
   /** From the snapshot the last stop wrote, checked against the database; else (or if that fails) by the fill. */
-  private async begin(): Promise<void> {
-    const file = this.snapshotDir === undefined ? undefined : claimSnapshot(this.snapshotDir);
-    if (file !== undefined) {
+  private async begin(snapshot?: SnapshotLoad): Promise<void> {
+    const load = snapshot ?? (this.snapshotDir === undefined ? undefined : SnapshotLoad.begin(this.snapshotDir, this.budgetBytes, this.log));
+    if (load !== undefined) {
+      this.loading = load;
       const generation = ++this.fillGeneration;
       try {
-        if (await this.restore(file, generation)) return;
+        if (await this.restore(load, generation)) return;
       } catch (err) {
-        if (!this.stopped) this.log.warn({ err: (err as Error).message, file }, 'hot tier: the snapshot could not be read back; filling from the database');
+        if (!this.stopped) this.log.warn({ err: (err as Error).message, file: load.file }, 'hot tier: the snapshot could not be read back; filling from the database');
       } finally {
-        removeFile(file);
+        load.done();
+        this.loading = undefined;
         if (generation === this.fillGeneration) this.during = undefined;
       }
       if (this.stopped || generation !== this.fillGeneration) return;
@@ -144,6 +150,7 @@ export class HotTierService {
   stop(): void {
     if (!this.stopped && this.snapshotDir !== undefined && !this.filling) this.writeSnapshot(this.snapshotDir);
     this.stopped = true;
+    this.loading?.cancel();
     this.unsubscribe?.();
     clearInterval(this.timer);
   }
@@ -167,40 +174,29 @@ export class HotTierService {
    * change stream brought meanwhile applied as the fill applies it. False when the snapshot is not
    * worth it (another budget, or most of it out of date): the fill runs instead.
    */
-  private async restore(file: string, generation: number): Promise<boolean> {
-    const started = Date.now();
-    const reader = SnapshotReader.open(file);
+  private async restore(load: SnapshotLoad, generation: number): Promise<boolean> {
     let client: pg.PoolClient | undefined;
     let failed = false;
     let committed = false;
     try {
-      const { header } = reader;
-      const windowStart = header.windowStart ?? -Infinity;
-      // Filled to another budget: a larger one would leave memory unused, a smaller one evict at once.
-      if (header.heldBytes > this.budgetBytes || (windowStart !== -Infinity && header.heldBytes < 0.9 * this.budgetBytes)) {
-        this.log.info({ snapshotMegabytes: Math.round(header.heldBytes / 2 ** 20), budgetMegabytes: Math.round(this.budgetBytes / 2 ** 20) }, 'hot tier: the snapshot was written for another HOT_TIER_MB; filling from the database');
-        return false;
-      }
       const current = () => !this.stopped && generation === this.fillGeneration;
       this.filling = true;
-      this.log.info({ events: header.events, file }, 'hot tier reading its snapshot');
       // Before the statement snapshot: what is committed after it is announced after this.
       const during: DuringFill = (this.during = { removed: new Set(), waiting: new Map() });
       client = await this.pool.connect();
       await client.query('BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY');
       await client.query('SET LOCAL statement_timeout = 0');
+      // The buckets are in the file's header: PostgreSQL sums them while the events are read.
+      const { header } = load;
+      if (!header) return (await load.loaded) !== undefined; // throws why it could not be opened
+      const windowStart = header.windowStart ?? -Infinity;
       const { bounds, replaceableComplete } = header;
       const query = bucketPrintsQuery(bounds, windowStart, replaceableComplete);
       const theirs = client.query<BucketPrint & { bucket: number }>(query.text, query.values);
       theirs.catch(() => undefined); // awaited below
-      const turn = async () => {
-        await new Promise((next) => setImmediate(next));
-        if (!current()) throw new Error('stopped');
-      };
-      const tier = new HotTier({ budgetBytes: this.budgetBytes, expectedEvents: header.events });
-      const { image, prints } = await reader.read(turn, (e, bytes) => tier.restoreEvent(e, bytes));
-      const readAt = Date.now();
-      for (const _ of tier.restoreLists(image)) await turn();
+      const loaded = await load.loaded;
+      if (!loaded || !current()) return false;
+      const { tier, prints } = loaded;
       const builtAt = Date.now();
       const table = new Map((await theirs).rows.map((r) => [r.bucket, r]));
       const differing = differingBuckets(prints, table);
@@ -245,10 +241,11 @@ export class HotTierService {
           events: tier.size,
           megabytes: Math.round(tier.bytes / 2 ** 20),
           windowStart,
-          seconds: (Date.now() - started) / 1000,
+          seconds: (Date.now() - load.startedAt) / 1000,
           from: 'snapshot',
-          // reading the file, building the lists, then waiting for the database's figures, reading again what differs
-          phases: [readAt - started, builtAt - readAt, answeredAt - builtAt, Date.now() - answeredAt].map((ms) => ms / 1000),
+          // reading the file, building the lists (both from the moment the file was claimed), then
+          // the database's figures, reading again what differs
+          phases: [loaded.readMs, loaded.buildMs, answeredAt - builtAt, Date.now() - answeredAt].map((ms) => ms / 1000),
           bucketsReadAgain: differing.length,
           eventsReadAgain: readAgain,
         },
@@ -260,7 +257,6 @@ export class HotTierService {
       failed = true;
       throw err;
     } finally {
-      reader.close();
       if (generation === this.fillGeneration) this.filling = false;
       if (client) {
         if (!failed && !committed) await client.query('ROLLBACK').catch(() => (failed = true));

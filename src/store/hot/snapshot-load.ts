@@ -1,0 +1,103 @@
+// A snapshot read back into a new tier (snapshot.ts), started as early as the process can: it needs
+// no database, so `npm start` begins it before the embedded PostgreSQL is up (main.ts), and the
+// service checks the result against the database once it starts (service.ts, restore.ts).
+import type { Logger } from '../../log.js';
+import { renameSync } from 'node:fs';
+import { dirname } from 'node:path';
+import { claimSnapshot, removeFile, snapshotFile, type BucketPrint } from './restore.js';
+import { SnapshotReader, type SnapshotHeader } from './snapshot.js';
+import { HotTier, type TierImage } from './tier.js';
+
+export interface LoadedSnapshot {
+  header: SnapshotHeader;
+  /** Every event held and listed; the window and replaceableComplete already the snapshot's. */
+  tier: HotTier;
+  image: TierImage;
+  /** The snapshot's buckets' figures (restore.ts). */
+  prints: Map<number, BucketPrint>;
+  /** Milliseconds reading the file, then building the lists. */
+  readMs: number;
+  buildMs: number;
+}
+
+export class SnapshotLoad {
+  /** The file's header (its buckets are known before its events), or undefined when it could not be opened. */
+  readonly header: SnapshotHeader | undefined;
+  /** The tier read back; undefined when the snapshot was written for another budget. Rejects when it cannot be read (or was cancelled). */
+  readonly loaded: Promise<LoadedSnapshot | undefined>;
+  /** Date.now() when the file was claimed. */
+  readonly startedAt = Date.now();
+  private cancelled = false;
+
+  private constructor(
+    readonly file: string,
+    budgetBytes: number,
+    log: Logger,
+  ) {
+    let reader: SnapshotReader | undefined;
+    let failure: unknown;
+    try {
+      reader = SnapshotReader.open(file);
+    } catch (err) {
+      failure = err;
+    }
+    this.header = reader?.header;
+    this.loaded = reader ? this.load(reader, budgetBytes, log) : Promise.reject(failure);
+    this.loaded.catch(() => undefined); // the service awaits it
+  }
+
+  /** Claims the newest snapshot in `dir` (restore.ts) and starts reading it; undefined when there is none. */
+  static begin(dir: string, budgetBytes: number, log: Logger): SnapshotLoad | undefined {
+    const file = claimSnapshot(dir);
+    return file === undefined ? undefined : new SnapshotLoad(file, budgetBytes, log);
+  }
+
+  /** Stops reading at the next turn of the event loop (`loaded` rejects). */
+  cancel(): void {
+    this.cancelled = true;
+  }
+
+  /**
+   * The relay did not start: reading stops and the file goes back under a snapshot's name, for the
+   * next start to read (or remove it, if it was what could not be read).
+   */
+  release(): void {
+    this.cancel();
+    try {
+      renameSync(this.file, snapshotFile(dirname(this.file)));
+    } catch {
+      // removed already
+    }
+  }
+
+  /** The file is no longer needed: read, refused or given up. */
+  done(): void {
+    this.cancel();
+    removeFile(this.file);
+  }
+
+  private async load(reader: SnapshotReader, budgetBytes: number, log: Logger): Promise<LoadedSnapshot | undefined> {
+    try {
+      const { header } = reader;
+      const windowStart = header.windowStart ?? -Infinity;
+      // Filled to another budget: a larger one would leave memory unused, a smaller one evict at once.
+      if (header.heldBytes > budgetBytes || (windowStart !== -Infinity && header.heldBytes < 0.9 * budgetBytes)) {
+        log.info({ snapshotMegabytes: Math.round(header.heldBytes / 2 ** 20), budgetMegabytes: Math.round(budgetBytes / 2 ** 20) }, 'hot tier: the snapshot was written for another HOT_TIER_MB; filling from the database');
+        return undefined;
+      }
+      log.info({ events: header.events, file: this.file }, 'hot tier reading its snapshot');
+      const turn = async () => {
+        await new Promise((next) => setImmediate(next));
+        if (this.cancelled) throw new Error('stopped');
+      };
+      await turn();
+      const tier = new HotTier({ budgetBytes, expectedEvents: header.events });
+      const { image, prints } = await reader.read(turn, (e, bytes) => tier.restoreEvent(e, bytes));
+      const readAt = Date.now();
+      for (const _ of tier.restoreLists(image)) await turn();
+      return { header, tier, image, prints, readMs: readAt - this.startedAt, buildMs: Date.now() - readAt };
+    } finally {
+      reader.close();
+    }
+  }
+}
