@@ -45,13 +45,11 @@ async function main(): Promise<void> {
     // Before the database: a port in use (a second `npm start`, an old relay) costs no PostgreSQL start.
     if (cluster.isPrimary) await checkPortFree(config.PORT, config.HOST);
     // The hot tier's snapshot needs no database: read back while PostgreSQL starts, and checked
-    // against it once the relay runs (store/hot/service.ts). A start that fails gives the file back.
+    // against it once the relay runs (store/hot/service.ts).
     const tierBytes = hotTierBytes(config.HOT_TIER_MB);
     const snapshot = config.HOT_TIER_SNAPSHOT && tierBytes > 0 ? SnapshotLoad.begin(config.DATA_DIR, tierBytes, log) : undefined;
-    if (snapshot)
-      lifecycle.add('hot tier snapshot', async (reason) => {
-        if (reason === 'startup-failed') snapshot.release();
-      });
+    // Not yet read back when the relay stops (or fails to start): the file stays for the next start.
+    if (snapshot) lifecycle.add('hot tier snapshot', async () => snapshot.release());
     const db = await openDatabase(config, log);
     // After a failed start, an embedded server this process found running (another relay's) stays.
     lifecycle.add('database', (reason) => db.close({ leaveAdopted: reason === 'startup-failed' }));

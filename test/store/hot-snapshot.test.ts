@@ -290,6 +290,25 @@ describe('a snapshot read back at start', () => {
     );
   }, 120_000);
 
+  it('leaves the file for the next start when stopped before it was read back', async () => {
+    writeSnapshot(join(dir, 'hot-tier.1.snapshot'), tierOf(await tableRaws()).image()!, 4);
+    const changes = new ChangeStream();
+    const feed = await new ChangeFeed(db.url, db.pool, changes, log, { removals: true, pollMs: 50 }).start();
+    try {
+      const service = new HotTierService(db.pool, changes, feed, log, 64 * 2 ** 20, 2000, 7, dir).start();
+      service.stop(); // at once: nothing read back yet, nothing to write
+      await until(() => readdirSync(dir).every((name) => name.endsWith('.snapshot')), 'the file given back');
+      expect(readdirSync(dir)).toEqual([`hot-tier.${process.pid}.snapshot`]);
+      expect(service.current.filledFrom).toBeUndefined();
+    } finally {
+      await feed.stop();
+    }
+    await started(64 * 2 ** 20, async (service) => {
+      expect(service.current.filledFrom).toBe('snapshot');
+      await agrees(service, 26);
+    });
+  }, 120_000);
+
   it('fills from the database instead when the file is damaged, for another budget, or mostly out of date', async () => {
     const raws = await tableRaws();
     // Damaged: cut short.

@@ -134,7 +134,9 @@ export class HotTierService {
       } catch (err) {
         if (!this.stopped) this.log.warn({ err: (err as Error).message, file: load.file }, 'hot tier: the snapshot could not be read back; filling from the database');
       } finally {
-        load.done();
+        // Stopped before it was read back: the file stays for the next start.
+        if (this.stopped) load.release();
+        else load.done();
         this.loading = undefined;
         if (generation === this.fillGeneration) this.during = undefined;
       }

@@ -28,6 +28,7 @@ export class SnapshotLoad {
   /** Date.now() when the file was claimed. */
   readonly startedAt = Date.now();
   private cancelled = false;
+  private finished = false;
 
   private constructor(
     readonly file: string,
@@ -58,11 +59,13 @@ export class SnapshotLoad {
   }
 
   /**
-   * The relay did not start: reading stops and the file goes back under a snapshot's name, for the
-   * next start to read (or remove it, if it was what could not be read).
+   * The relay stops (or did not start) before the file was read back: reading stops and the file
+   * goes back under a snapshot's name, for the next start. A no-op once done().
    */
   release(): void {
     this.cancel();
+    if (this.finished) return;
+    this.finished = true;
     try {
       renameSync(this.file, snapshotFile(dirname(this.file)));
     } catch {
@@ -73,6 +76,7 @@ export class SnapshotLoad {
   /** The file is no longer needed: read, refused or given up. */
   done(): void {
     this.cancel();
+    this.finished = true;
     removeFile(this.file);
   }
 
