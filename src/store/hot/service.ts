@@ -190,13 +190,17 @@ export class HotTierService {
       await client.query('SET LOCAL statement_timeout = 0');
       // The buckets are in the file's header: PostgreSQL sums them while the events are read.
       const { header } = load;
-      if (!header) return (await load.loaded) !== undefined; // throws why it could not be opened
+      if (!header) {
+        await load.loaded; // throws why it could not be opened
+        return false;
+      }
       const windowStart = header.windowStart ?? -Infinity;
       const { bounds, replaceableComplete } = header;
       const query = bucketPrintsQuery(bounds, windowStart, replaceableComplete);
       const theirs = client.query<BucketPrint & { bucket: number }>(query.text, query.values);
       theirs.catch(() => undefined); // awaited below
-      const loaded = await load.loaded;
+      await load.loaded;
+      const loaded = load.take();
       if (!loaded || !current()) return false;
       const { tier, prints } = loaded;
       const builtAt = Date.now();

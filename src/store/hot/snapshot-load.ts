@@ -23,8 +23,9 @@ export interface LoadedSnapshot {
 export class SnapshotLoad {
   /** The file's header (its buckets are known before its events), or undefined when it could not be opened. */
   readonly header: SnapshotHeader | undefined;
-  /** The tier read back; undefined when the snapshot was written for another budget. Rejects when it cannot be read (or was cancelled). */
-  readonly loaded: Promise<LoadedSnapshot | undefined>;
+  /** Settles once read back (take() has it) or refused for another budget; rejects when it cannot be read (or was cancelled). */
+  readonly loaded: Promise<void>;
+  private result: LoadedSnapshot | undefined;
   /** Date.now() when the file was claimed. */
   readonly startedAt = Date.now();
   private cancelled = false;
@@ -53,6 +54,16 @@ export class SnapshotLoad {
     return file === undefined ? undefined : new SnapshotLoad(file, budgetBytes, log);
   }
 
+  /**
+   * What was read back, once `loaded` has settled; undefined when it was refused. Handed over once:
+   * nothing here keeps the tier (or the file's columns) alive after that.
+   */
+  take(): LoadedSnapshot | undefined {
+    const result = this.result;
+    this.result = undefined;
+    return result;
+  }
+
   /** Stops reading at the next turn of the event loop (`loaded` rejects). */
   cancel(): void {
     this.cancelled = true;
@@ -64,6 +75,7 @@ export class SnapshotLoad {
    */
   release(): void {
     this.cancel();
+    this.result = undefined;
     if (this.finished) return;
     this.finished = true;
     try {
@@ -76,18 +88,19 @@ export class SnapshotLoad {
   /** The file is no longer needed: read, refused or given up. */
   done(): void {
     this.cancel();
+    this.result = undefined;
     this.finished = true;
     removeFile(this.file);
   }
 
-  private async load(reader: SnapshotReader, budgetBytes: number, log: Logger): Promise<LoadedSnapshot | undefined> {
+  private async load(reader: SnapshotReader, budgetBytes: number, log: Logger): Promise<void> {
     try {
       const { header } = reader;
       const windowStart = header.windowStart ?? -Infinity;
       // Filled to another budget: a larger one would leave memory unused, a smaller one evict at once.
       if (header.heldBytes > budgetBytes || (windowStart !== -Infinity && header.heldBytes < 0.9 * budgetBytes)) {
         log.info({ snapshotMegabytes: Math.round(header.heldBytes / 2 ** 20), budgetMegabytes: Math.round(budgetBytes / 2 ** 20) }, 'hot tier: the snapshot was written for another HOT_TIER_MB; filling from the database');
-        return undefined;
+        return;
       }
       log.info({ events: header.events, file: this.file }, 'hot tier reading its snapshot');
       const turn = async () => {
@@ -99,7 +112,7 @@ export class SnapshotLoad {
       const { image, prints } = await reader.read(turn, (e, bytes) => tier.restoreEvent(e, bytes));
       const readAt = Date.now();
       for (const _ of tier.restoreLists(image)) await turn();
-      return { header, tier, image, prints, readMs: readAt - this.startedAt, buildMs: Date.now() - readAt };
+      if (!this.cancelled) this.result = { header, tier, image, prints, readMs: readAt - this.startedAt, buildMs: Date.now() - readAt };
     } finally {
       reader.close();
     }
