@@ -299,7 +299,7 @@ const hotTier = section('Hot tier', 'The newest events in memory, with the index
   ),
   HOT_TIER_SNAPSHOT: documented(
     bool.default(true),
-    'Write the hot tier to `DATA_DIR` when the relay stops (`hot-tier.<pid>.snapshot`, about the size of the events\' JSON: ~0.7 GB and 3-4 s per million) and read it back at the next start instead of filling from the database: a million events, threads included, answered from memory ~8 s after the start instead of ~20 s. What changed in the database meanwhile (any writer, import, deletion, expiry) is found by comparing counts and id sums per stretch of created_at, and read again; a file written for another HOT_TIER_MB, mostly out of date or unreadable means the fill. Each process of WORKERS writes its own file. The file is removed once read.',
+    'Write the hot tier to `DATA_DIR` when the relay stops (`hot-tier.<pid>.snapshot`, about the size of the events\' JSON: ~0.7 GB and 3-4 s per million) and read it back at the next start instead of filling from the database: a million events, threads included, answered from memory 7-8 s after the start instead of 16-19 s. What changed in the database meanwhile (any writer, import, deletion, expiry) is found by comparing counts and id sums per stretch of created_at, and read again; a file written for another HOT_TIER_MB, mostly out of date or unreadable means the fill. Each process of WORKERS writes its own file. The file is removed once read.',
     { example: 'false' },
   ),
   FEED_READ_SPACING_MS: documented(
