@@ -293,11 +293,10 @@ async function startPgrelay(o: Options, n: number): Promise<Relay> {
     if (fresh) await rm(dataDir, { recursive: true, force: true });
     throw err;
   }
-  // A relay with a hot tier answers REQs from memory once every worker has filled it.
-  for (let waited = 0; waited < 15 * 60_000; waited += 200) {
-    const filling = relay.logs.filter((l) => l.msg === 'hot tier filling').length;
-    const filled = relay.logs.filter((l) => l.msg === 'hot tier filled').length;
-    if (filling === 0 || filled >= Math.max(1, filling)) break;
+  // A relay with a hot tier answers REQs from memory once every worker has filled it (from the
+  // database or from the snapshot its last stop wrote).
+  for (let waited = 0; o.hotTierMb > 0 && waited < 15 * 60_000; waited += 200) {
+    if (relay.logs.filter((l) => l.msg === 'hot tier filled').length >= workers) break;
     await sleep(200);
   }
   const pg = () => postgresPids(dataDir);

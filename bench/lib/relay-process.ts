@@ -62,15 +62,17 @@ export async function startRelayProcess(env: Record<string, string> = {}): Promi
 }
 
 /**
- * Waits until the relay's hot tier has filled (its "hot tier filled" log line), when it has one
- * (HOT_TIER_MB not 0): a benchmark of REQs then measures the tier, not its warm-up.
+ * Waits until the relay's hot tier has filled (its "hot tier filled" log line, from the database or
+ * from the snapshot the last stop wrote), when it has one (HOT_TIER_MB not 0): a benchmark of REQs
+ * then measures the tier, not its warm-up.
  */
 export async function waitForHotTier(relay: RelayProcess, timeoutMs = 15 * 60_000): Promise<Record<string, unknown> | undefined> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     const filled = relay.logs.find((l) => l.msg === 'hot tier filled');
     if (filled) return filled;
-    if (!relay.logs.some((l) => l.msg === 'hot tier filling')) return undefined; // no tier
+    // No tier: no line of it at all (a start logs `hot tier filling`, or `hot tier reading its snapshot`).
+    if (!relay.logs.some((l) => typeof l.msg === 'string' && l.msg.startsWith('hot tier'))) return undefined;
     if (Date.now() > deadline) throw new Error('the hot tier did not fill in time');
     await new Promise((r) => setTimeout(r, 200));
   }
