@@ -26,8 +26,11 @@ interface Relay {
   exited: Promise<number | null>;
 }
 
+const children: ChildProcess[] = [];
+
 function spawnRelay(env: Record<string, string>): Relay {
   const child = spawn(process.execPath, [MAIN], { cwd: tmpdir(), env: { PATH: process.env.PATH, PORT: '0', HOST: '127.0.0.1', LOG_LEVEL: 'info', ...env } });
+  children.push(child);
   const relay: Relay = { child, logs: [], exited: new Promise((resolve) => child.on('close', resolve)) };
   createInterface({ input: child.stdout! }).on('line', (line) => {
     try {
@@ -63,6 +66,8 @@ beforeAll(async () => {
 }, 60_000);
 
 afterAll(async () => {
+  // A failed assertion leaves its relay running: stopped here, whatever happened.
+  for (const child of children) if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
   await pool?.end();
   await rm(dir, { recursive: true, force: true });
 });
