@@ -91,7 +91,7 @@ export function bucketPrintsQuery(bounds: number[], windowStart: number, replace
   return { text: `SELECT ${bucket} AS bucket, count(*)::float8 AS n, ${sum(0)} AS f1, ${sum(3)} AS f2, ${sum(6)} AS f3 FROM events WHERE ${scope} GROUP BY 1`, values };
 }
 
-/** The rows of one bucket in scope: created_at in [lo, hi). */
+/** The rows of one bucket in scope, created_at in [lo, hi), oldest first. */
 export function bucketRowsQuery([lo, hi]: [number, number], windowStart: number, replaceableComplete: boolean): { text: string; values: unknown[] } {
   const values: unknown[] = [];
   const where: string[] = [];
@@ -99,7 +99,9 @@ export function bucketRowsQuery([lo, hi]: [number, number], windowStart: number,
   if (hi !== Infinity) where.push(`created_at < $${values.push(hi)}`);
   where.push(scopeSql(windowStart, replaceableComplete, values.length + 1));
   if (windowStart !== -Infinity) values.push(windowStart);
-  return { text: `SELECT raw FROM events WHERE ${where.join(' AND ')}`, values };
+  // In the tier's list order (oldest first, on a tie the higher id first): events newer than all
+  // held (the usual case: stored while the relay was down) are then appended to their lists.
+  return { text: `SELECT raw FROM events WHERE ${where.join(' AND ')} ORDER BY created_at, id DESC`, values };
 }
 
 /** The bucket of created_at `t` among ascending `bounds` (width_bucket's numbering). */
