@@ -12,9 +12,9 @@ import type { FilterLimits } from '../../src/nostr/filter.js';
 import { ChangeStream } from '../../src/store/changes.js';
 import { openDatabase, type Database } from '../../src/store/database.js';
 import { ChangeFeed } from '../../src/store/feed.js';
-import { streamStored } from '../../src/store/hot/read.js';
 import { HotTierService } from '../../src/store/hot/service.js';
 import { createTestDatabase } from '../support/database.js';
+import { tierReq as tierReqOf } from '../support/tier-req.js';
 import { until } from '../support/wait.js';
 import {
   ABSENT_ID, BASE_TIME, eventsArb, expirationsAround, filtersArb, insertAll, parseAll, privacyArb, PUBKEYS, referenceCount, referenceReq, referenceStored, storeReq, TIME_SPAN, type Privacy,
@@ -31,14 +31,7 @@ let stored: NostrEvent[];
 let idPool: string[];
 const tiers: Array<{ name: string; service: HotTierService; feed: ChangeFeed }> = [];
 
-async function tierReq(service: HotTierService, filters: RawFilter[], privacy?: Privacy): Promise<string[]> {
-  const out: string[] = [];
-  await streamStored(service, async () => db.pool, parseAll(filters, LIMITS, privacy), NOW, (rows) => {
-    out.push(...rows.map((r) => r.id));
-    return true;
-  });
-  return out;
-}
+const tierReq = (service: HotTierService, filters: RawFilter[], privacy?: Privacy) => tierReqOf(service, db.pool, filters, NOW, LIMITS, privacy);
 
 beforeAll(async () => {
   db = await openDatabase(parseConfig({ DATABASE_URL: await createTestDatabase(), LOG_LEVEL: 'silent' }), log);

@@ -23,12 +23,14 @@ import { prepareStored, type PreparedEvent } from '../prepared-event.js';
 export const FILL_BATCH_ROWS = 500;
 
 const NEWEST_FIRST_SQL = 'SELECT raw FROM events ORDER BY created_at DESC, id';
+/** The replaceable kinds (nostr/kinds.ts) as a condition on events. */
+export const REPLACEABLE_KINDS_SQL = 'kind = 0 OR kind = 3 OR (kind >= 10000 AND kind < 20000)';
 /**
  * The fill's first pass (HotTier.preHold): every stored replaceable event (nostr/kinds.ts), so the
  * tier answers profiles, follow lists and the like from memory within seconds of a start, long
  * before the newest-first pass reaches them. By the kind index, in no order.
  */
-export const REPLACEABLE_SQL = 'SELECT raw FROM events WHERE kind = 0 OR kind = 3 OR (kind >= 10000 AND kind < 20000)';
+export const REPLACEABLE_SQL = `SELECT raw FROM events WHERE ${REPLACEABLE_KINDS_SQL}`;
 
 /**
  * Reads every stored event's raw JSON newest first (created_at DESC, id ASC: the tier's order), in
@@ -82,9 +84,9 @@ export async function readBatches(pool: pg.Pool, sql: string, onBatch: (raws: st
 
 const CONTENT_KEY = '],"content":"';
 /** Where canonical JSON (nostr/event.ts) puts its fixed-width fields: `{"id":"<64>","pubkey":"<64>","created_at":`. */
-const ID_AT = 7;
-const PUBKEY_AT = 83;
-const CREATED_AT_AT = 162;
+export const ID_AT = 7;
+export const PUBKEY_AT = 83;
+export const CREATED_AT_AT = 162;
 
 /** The digits of a non-negative integer at raw[i..] as [value, index after them], or undefined. */
 function integerAt(raw: string, i: number): [number, number] | undefined {

@@ -10,11 +10,14 @@ import type { HeldEvent } from './held-event.js';
 /** The table grows (twice as large) when more than this fraction of its slots is used. */
 const MAX_LOAD = 0.5;
 
-/** 28 bits from the 7 hex digits of id at `at` (any other character counts as its low bits: still correct, through the check). */
-function bitsAt(id: string, at: number): number {
+/**
+ * The bits of `digits` (at most 7) lowercase hex digits of s at `at`; any other character counts as
+ * its low four bits (here still correct, through the check against the event's id).
+ */
+export function hexBits(s: string, at: number, digits: number): number {
   let n = 0;
-  for (let i = at; i < at + 7; i++) {
-    const c = id.charCodeAt(i);
+  for (let i = at; i < at + digits; i++) {
+    const c = s.charCodeAt(i);
     n = (n << 4) | ((c <= 57 ? c - 48 : c - 87) & 15);
   }
   return n;
@@ -43,8 +46,8 @@ export class IdIndex {
   }
 
   get(id: string): HeldEvent | undefined {
-    const h1 = bitsAt(id, 0);
-    const h2 = bitsAt(id, 7) || 1;
+    const h1 = hexBits(id, 0, 7);
+    const h2 = hexBits(id, 7, 7) || 1;
     const { keys, mask } = this;
     for (let i = this.home(h1, h2); ; i = (i + 1) & mask) {
       const k1 = keys[2 * i]!;
@@ -64,13 +67,13 @@ export class IdIndex {
   /** Holds `e` under its id; the caller has checked that no event with this id is held. */
   set(e: HeldEvent): void {
     if (this.count + 1 > (this.mask + 1) * MAX_LOAD) this.grow();
-    this.place(bitsAt(e.id, 0), bitsAt(e.id, 7) || 1, e);
+    this.place(hexBits(e.id, 0, 7), hexBits(e.id, 7, 7) || 1, e);
     this.count++;
   }
 
   delete(id: string): boolean {
-    const h1 = bitsAt(id, 0);
-    const h2 = bitsAt(id, 7) || 1;
+    const h1 = hexBits(id, 0, 7);
+    const h2 = hexBits(id, 7, 7) || 1;
     const { keys, mask } = this;
     let i = this.home(h1, h2);
     for (; ; i = (i + 1) & mask) {

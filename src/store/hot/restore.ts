@@ -7,6 +7,8 @@
 // tries (ids are SHA-256 hashes).
 import { readdirSync, renameSync, statSync, unlinkSync } from 'node:fs';
 import { join } from 'node:path';
+import { REPLACEABLE_KINDS_SQL } from './fill.js';
+import { hexBits } from './id-index.js';
 
 const SNAPSHOT_NAME = /^hot-tier\.(\d+)\.snapshot$/;
 const LEFTOVER_NAME = /^hot-tier\.(\d+)\.(?:loading|snapshot\.\d+\.tmp)$/;
@@ -71,13 +73,11 @@ export interface BucketPrint {
   f3: number;
 }
 
-/** The replaceable kinds (nostr/kinds.ts), as SQL. */
-const REPLACEABLE_KINDS = 'kind = 0 OR kind = 3 OR (kind >= 10000 AND kind < 20000)';
 
 /** What a snapshot holds, as a condition on events (`$n`: the window's start, unless it is -Infinity). */
 function scopeSql(windowStart: number, replaceableComplete: boolean, n: number): string {
   if (windowStart === -Infinity) return 'true';
-  return replaceableComplete ? `(created_at >= $${n} OR ${REPLACEABLE_KINDS})` : `created_at >= $${n}`;
+  return replaceableComplete ? `(created_at >= $${n} OR ${REPLACEABLE_KINDS_SQL})` : `created_at >= $${n}`;
 }
 
 /** Each bucket's figures in the table (bucket i: bounds[i-1] <= created_at < bounds[i], width_bucket's numbering). */
@@ -121,16 +121,6 @@ export function bucketRange(bounds: number[], b: number): [number, number] {
   return [b === 0 ? -Infinity : bounds[b - 1]!, b === bounds.length ? Infinity : bounds[b]!];
 }
 
-/** The 24 bits of the 6 hex digits at id[at..] (ids are lowercase hex). */
-function hex24(id: string, at: number): number {
-  let n = 0;
-  for (let i = at; i < at + 6; i++) {
-    const c = id.charCodeAt(i);
-    n = n * 16 + (c <= 57 ? c - 48 : c - 87);
-  }
-  return n;
-}
-
 /** Each bucket's figures, summed one event at a time in created_at order (as the tier lists them). */
 export class BucketPrints {
   readonly byBucket = new Map<number, BucketPrint>();
@@ -150,9 +140,9 @@ export class BucketPrints {
       this.print = print;
     }
     print.n++;
-    print.f1 += hex24(text, at);
-    print.f2 += hex24(text, at + 6);
-    print.f3 += hex24(text, at + 12);
+    print.f1 += hexBits(text, at, 6);
+    print.f2 += hexBits(text, at + 6, 6);
+    print.f3 += hexBits(text, at + 12, 6);
   }
 }
 

@@ -9,6 +9,7 @@
 // synced, then renamed: a file under the final name is whole.
 import { closeSync, fstatSync, fsyncSync, openSync, readSync, renameSync, writeSync } from 'node:fs';
 import { isReplaceable } from '../../nostr/kinds.js';
+import { CREATED_AT_AT, ID_AT, PUBKEY_AT } from './fill.js';
 import { HeldEvent } from './held-event.js';
 import { BucketPrints, type BucketPrint } from './restore.js';
 import { heldBytes, type TierImage } from './tier.js';
@@ -21,10 +22,6 @@ export const BUCKET_EVENTS = 8192;
 /** Raw JSON bytes read (or written) at a time. */
 const CHUNK_BYTES = 64 * 2 ** 20;
 
-/** Where the canonical JSON (nostr/event.ts) has its id and pubkey: `{"id":"<64>","pubkey":"<64>","created_at":…`. */
-const ID_AT = 7;
-const PUBKEY_AT = 83;
-const CREATED_AT_AT = 162;
 /** Events' JSON is cut from texts of whole events of up to this many bytes (SnapshotReader.read). */
 const TEXT_BYTES = 2 ** 20;
 /** Where the digits of the non-negative integer `n` at raw[at..] end, or -1 when they are not exactly n's. */
