@@ -1,4 +1,5 @@
 // NIP-01 filters: parsing with the relay's limits and in-memory matching (protocol.md 1.9).
+import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import type { NostrEvent } from '../../src/nostr/event.js';
 import { compileFilter, compileFilterLazily, conditionKeys, matchesNothing, matchFilter, parseFilter, toMatchable, type Filter, type FilterLimits } from '../../src/nostr/filter.js';
@@ -39,6 +40,21 @@ describe('parseFilter', () => {
 
   it('removes duplicate values from lists', () => {
     expect(parsed({ ids: [A, A], kinds: [1, 1], '#t': ['x', 'x'] })).toMatchObject({ ids: [A], kinds: [1], tags: [{ name: 't', values: ['x'] }] });
+  });
+
+  it('removes duplicate hex values in first-seen order, among many that share their first digits', () => {
+    fc.assert(
+      fc.property(fc.array(fc.tuple(fc.constantFrom('0000000', 'abcdef0', 'ffffffe'), fc.integer({ min: 0, max: 40 })), { maxLength: 300 }), (picks) => {
+        const values = picks.map(([head, n]) => head + n.toString(16).padStart(57, '0'));
+        const expected = [...new Set(values)];
+        const f = parseFilter({ ids: values, authors: values, '#p': values, '#e': values }, { ...LIMITS, maxValuesPerArray: 1000 });
+        if (!f.ok) throw new Error(f.reason);
+        expect(f.value.ids).toEqual(expected);
+        expect(f.value.authors).toEqual(expected);
+        expect(f.value.tags.map((t) => t.values)).toEqual([expected, expected]);
+      }),
+      { numRuns: 300 },
+    );
   });
 
   it('keeps an explicit limit', () => {

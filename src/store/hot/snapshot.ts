@@ -369,7 +369,7 @@ export class SnapshotReader {
     }
     if (rawStart !== this.header.rawBytes) throw new Error('snapshot raw offsets are not valid');
     const { windowStart, replaceableComplete } = this.header;
-    const image = { windowStart: windowStart ?? -Infinity, replaceableComplete, events, kind: c.kind, author: c.author, pairEnd: c.pairEnd, pairName: c.pairName, pairValue: c.pairValue, strings };
+    const image = { windowStart: windowStart ?? -Infinity, replaceableComplete, events, kind: c.kind, createdAt: c.createdAt, author: c.author, pairEnd: c.pairEnd, pairName: c.pairName, pairValue: c.pairValue, strings };
     return { image, prints: prints.byBucket };
   }
 

@@ -37,13 +37,13 @@ export class TagIndex {
   }
 
   /**
-   * A snapshot's value (HotTier.restore): the events that have it, in list order (oldest first), as
-   * its entry; nothing filed under it yet.
+   * A snapshot's value (HotTier.restore): the events that have it, in list order (oldest first), with
+   * their created_at and kinds (SortedList.metas), as its entry; nothing filed under it yet.
    */
-  restore(name: string, value: string, events: HeldEvent[]): void {
+  restore(name: string, value: string, events: HeldEvent[], metas: number[]): void {
     let values = this.names.get(name);
     if (values === undefined) this.names.set(name, (values = new Map()));
-    values.set(value, events.length === 1 ? events[0]! : SortedList.of(value, events));
+    values.set(value, events.length === 1 ? events[0]! : SortedList.of(value, events, metas));
   }
 
   get(name: string, value: string): TagEntry | undefined {

@@ -13,9 +13,9 @@ import { isReplaceable } from '../../nostr/kinds.js';
 import type { PreparedEvent } from '../prepared-event.js';
 import type { StoredRow } from '../read.js';
 import { HeldEvent, newerFirst } from './held-event.js';
-import { IdIndex } from './id-index.js';
-import { NewestFirst, Run, type EventTest } from './merge.js';
-import { SortedList } from './sorted-list.js';
+import { HexTable, IdIndex } from './hex-table.js';
+import { kindTest, NewestFirst, Run, type EventTest, type KindTest } from './merge.js';
+import { metaOf, SortedList } from './sorted-list.js';
 import { entrySize, TagIndex } from './tag-index.js';
 
 export interface HotTierOptions {
@@ -29,16 +29,17 @@ export interface HotTierOptions {
 const MAX_AUTHOR_KIND_PAIRS = 4096;
 
 /**
- * Estimated heap bytes of one held event, measured on Node 20 x64 (8-byte pointers): 350 for the
- * HeldEvent, its id, its Map entry and its slots in the all, kind, author and author+kind lists;
+ * Estimated heap bytes of one held event, measured on Node 20 x64 (8-byte pointers): 480 for the
+ * HeldEvent, its id, its table slot and its slots in the all, kind, author and author+kind lists
+ * (each slot a pointer and a number, sorted-list.ts, with the room the lists keep to grow);
  * the raw JSON; with indexed tags, 70 for the array of their names and values and about 120 per
  * tag. A tag value other events have too costs ~11 bytes (a slot in its list), one only this event
  * has ~130 (its value string and Map entry), and in a real corpus most are the latter (a reply's
  * `e`, a mention's `p`): 120 errs high where values are shared. Events the fill brings keep their id
- * as a slice of raw (fill.ts). `npm run bench:hot-memory` on the 1M bench corpus (627-character
- * JSON, 2 tags): 1,200 bytes per event measured for 300,000 events, 1,293 estimated.
+ * as a slice of raw (fill.ts). `npm run bench:hot-memory` on the 1M bench corpus (638-character
+ * JSON, 2.14 tags): 1,291 bytes per event measured for 1,000,000 events, 1,451 estimated.
  */
-const EVENT_BYTES = 350;
+const EVENT_BYTES = 400;
 const TAG_ARRAY_BYTES = 70;
 const TAG_BYTES = 120;
 
@@ -74,6 +75,13 @@ class AuthorList extends SortedList {
   readonly byKind = new Map<number, SortedList>();
 }
 
+/** Authors' lists by pubkey (hex-table.ts). */
+class AuthorTable extends HexTable<AuthorList> {
+  protected keyOf(list: AuthorList): string {
+    return list.key;
+  }
+}
+
 /** A snapshot read back (snapshot.ts), for HotTier.restore: the events and how they group. */
 export interface TierImage {
   windowStart: number;
@@ -82,6 +90,8 @@ export interface TierImage {
   events: HeldEvent[];
   /** Per event: its kind, and its author (an index into strings). */
   kind: Uint32Array;
+  /** Per event: its created_at (the lists keep it beside each entry: read from here, not from the events). */
+  createdAt: Float64Array;
   author: Uint32Array;
   /** Per event: the end of its indexed tags among the pairs. */
   pairEnd: Uint32Array;
@@ -111,7 +121,7 @@ export class HotTier {
   /** Addressable events by kind:pubkey:d: the one version held. */
   private readonly byKey = new Map<string, HeldEvent>();
   private readonly all = new SortedList();
-  private readonly byAuthor = new Map<string, AuthorList>();
+  private readonly byAuthor = new AuthorTable();
   /**
    * Replaceable events (kind 0, 3, 10000–19999) by kind, then pubkey: the one version held. A filter
    * finds them by the pubkey strings it already has (hashed when it was parsed), with no key string
@@ -223,7 +233,7 @@ export class HotTier {
     }
     this.heldBytesTotal += bytes;
     const list = this.byKind.get(e.kind);
-    if (list) list.items.push(e);
+    if (list) list.push(e);
     else this.byKind.set(e.kind, new SortedList('', e));
   }
 
@@ -235,10 +245,12 @@ export class HotTier {
    * snapshot's once it has run to its end.
    */
   *restoreLists(image: TierImage): Generator<void, void, void> {
-    const { events, kind, author, pairEnd, pairName, pairValue, strings } = image;
+    const { events, kind, createdAt, author, pairEnd, pairName, pairValue, strings } = image;
     const n = events.length;
     const STEP = 5000;
-    this.all.items = events;
+    const metas = new Array<number>(n);
+    for (let i = 0; i < n; i++) metas[i] = metaOf(createdAt[i]!, kind[i]!);
+    this.all.take(events, metas);
     yield;
     // Authors: the events grouped by author (a counting sort, stable: each group in list order).
     const byAuthor = groupBy(author, strings.length);
@@ -247,16 +259,18 @@ export class HotTier {
       const to = byAuthor.starts[a + 1]!;
       if (from === to) continue;
       const list = new AuthorList(strings[a]!);
-      const items = (list.items = new Array<HeldEvent>(to - from));
+      const items = new Array<HeldEvent>(to - from);
+      const ofAuthor = new Array<number>(to - from);
       for (let j = from; j < to; j++) {
         const at = byAuthor.order[j]!;
         const e = (items[j - from] = events[at]!);
-        const k = kind[at]!;
-        const ofKind = list.byKind.get(k);
-        if (ofKind) ofKind.items.push(e);
-        else list.byKind.set(k, new SortedList('', e));
+        const meta = (ofAuthor[j - from] = metas[at]!);
+        const ofKind = list.byKind.get(kind[at]!);
+        if (ofKind) ofKind.push(e, meta);
+        else list.byKind.set(kind[at]!, SortedList.of('', [e], [meta]));
       }
-      this.byAuthor.set(list.key, list);
+      list.take(items, ofAuthor);
+      this.byAuthor.set(list);
       if ((done += to - from) >= STEP) {
         done = 0;
         yield;
@@ -276,8 +290,14 @@ export class HotTier {
       for (let j = from + 1; j < to; j++) if (pairName[order[j]!] !== first) (names ??= new Set()).add(pairName[order[j]!]!);
       for (const name of names ? [first, ...names] : [first]) {
         const group: HeldEvent[] = [];
-        for (let j = from; j < to; j++) if (pairName[order[j]!] === name) group.push(events[pairOf[order[j]!]!]!);
-        this.byTag.restore(String.fromCharCode(name), strings[v]!, group);
+        const ofValue: number[] = [];
+        for (let j = from; j < to; j++) {
+          if (pairName[order[j]!] !== name) continue;
+          const at = pairOf[order[j]!]!;
+          group.push(events[at]!);
+          ofValue.push(metas[at]!);
+        }
+        this.byTag.restore(String.fromCharCode(name), strings[v]!, group, ofValue);
       }
       if ((done += to - from) >= STEP) {
         done = 0;
@@ -328,13 +348,13 @@ export class HotTier {
   answer(filter: Filter, now: number): StoredRow[] | undefined {
     if (filter.limit === 0 || matchesNothing(filter)) return [];
     if (filter.search) return undefined;
-    const { runs, matches, complete } = this.candidates(filter);
+    const { runs, matches, kindOk, complete } = this.candidates(filter);
     const since = filter.since ?? -Infinity;
     const trusted = complete || since >= this.start;
     const out: StoredRow[] = [];
     // Only matching events come out of the walk. One below the window (while the limit is not
     // reached) means the answer may go on in PostgreSQL only; a non-matching one cannot be in it.
-    const walk = new NewestFirst(runs, liveAndMatching(matches, now), since);
+    const walk = new NewestFirst(runs, liveAndMatching(matches, now), since, kindOk, filter.limit);
     for (let e = walk.next(); e !== undefined; e = walk.next()) {
       if (!trusted && e.created_at < this.start) return undefined; // the rest may be in PostgreSQL only
       out.push(e); // a StoredRow as it is (id, raw): a row object per event would only be garbage
@@ -345,19 +365,19 @@ export class HotTier {
 
   /** NIP-45 COUNT of the union of the filters (each event once, limit ignored), or undefined when not exact from memory. */
   count(filters: Filter[], now: number): number | undefined {
-    const plans: Array<{ since: number; runs: Run[]; matches: Matcher }> = [];
+    const plans: Array<{ since: number; runs: Run[]; matches: Matcher; kindOk: KindTest | undefined }> = [];
     for (const filter of filters) {
       if (matchesNothing(filter)) continue;
       if (filter.search) return undefined;
       const since = filter.since ?? -Infinity;
-      const { runs, matches, complete } = this.candidates(filter);
+      const { runs, matches, kindOk, complete } = this.candidates(filter);
       if (!complete && !(since >= this.start)) return undefined;
-      plans.push({ since, runs, matches });
+      plans.push({ since, runs, matches, kindOk });
     }
     const counted = plans.length > 1 ? new Set<HeldEvent>() : undefined;
     let n = 0;
-    for (const { since, runs, matches } of plans) {
-      const walk = new NewestFirst(runs, liveAndMatching(matches, now), since);
+    for (const { since, runs, matches, kindOk } of plans) {
+      const walk = new NewestFirst(runs, liveAndMatching(matches, now), since, kindOk, Infinity);
       for (let e = walk.next(); e !== undefined; e = walk.next()) {
         if (counted) counted.add(e);
         else n++;
@@ -405,7 +425,7 @@ export class HotTier {
       // The author's key outlives this event: a copy of its own, never a slice of the event's raw
       // (the fill's prepareHeld), which would keep that JSON after the event is gone.
       const key = ownString(pubkey);
-      this.byAuthor.set(key, (author = new AuthorList(key)));
+      this.byAuthor.set((author = new AuthorList(key)));
     }
     return author;
   }
@@ -514,14 +534,14 @@ export class HotTier {
    * checked again per event); and whether they are all the stored events that may match (ids, every
    * one held) whatever the window.
    */
-  private candidates(f: Filter): { runs: Run[]; matches: Matcher; complete: boolean } {
+  private candidates(f: Filter): { runs: Run[]; matches: Matcher; kindOk: KindTest | undefined; complete: boolean } {
     if (f.ids) {
       const found: HeldEvent[] = [];
       for (const id of f.ids) {
         const e = this.byId.get(id);
         if (e) found.push(e);
       }
-      return { runs: [oneRun(found)], matches: compileFilter({ ...f, ids: undefined }), complete: found.length === f.ids.length };
+      return { runs: [oneRun(found)], ...testsOf({ ...f, ids: undefined }), complete: found.length === f.ids.length };
     }
     const { sources, ensured, complete } = this.narrowestSources(f);
     const runs: Run[] = [];
@@ -533,7 +553,7 @@ export class HotTier {
       else if (f.until === undefined || source.created_at <= f.until) single.push(source);
     }
     if (single.length > 0) runs.push(oneRun(single));
-    return { runs, matches: compileFilter(ensured), complete };
+    return { runs, ...testsOf(ensured), complete };
   }
 
   /** The kinds are at least half of the held events. */
@@ -623,6 +643,15 @@ function sizeOf(sources: Source[]): number {
   return n;
 }
 
+/**
+ * The merge's tests for what the lists do not ensure: the filter's kinds, checked on the lists' own
+ * copies of them (merge.ts), and the rest on each event of those kinds.
+ */
+function testsOf(ensured: Filter): { matches: Matcher; kindOk: KindTest | undefined } {
+  if (!ensured.kinds) return { matches: compileFilter(ensured), kindOk: undefined };
+  return { matches: compileFilter({ ...ensured, kinds: undefined }), kindOk: kindTest(ensured.kinds) };
+}
+
 /** Not expired at `now` (NIP-40), and matching. */
 function liveAndMatching(matches: Matcher, now: number): EventTest {
   return (e) => (e.expiresAt === null || e.expiresAt > now) && matches(e);
@@ -666,11 +695,11 @@ function releaseIn<K>(lists: Map<K, SortedList>, key: K): void {
 
 /** A list read newest first from `until` (inclusive) down. */
 function runOf(list: SortedList, until: number | undefined): Run {
-  return new Run(list.items, until === undefined ? list.items.length - 1 : list.lastAtOrBefore(until), list.start);
+  return new Run(list.items, list.metas, until === undefined ? list.items.length - 1 : list.lastAtOrBefore(until), list.start);
 }
 
 /** Events in any order (one may come twice) as one run: sorted into list order, oldest first. */
 function oneRun(events: HeldEvent[]): Run {
   events.sort((a, b) => (a === b ? 0 : newerFirst(a, b) ? 1 : -1));
-  return new Run(events, events.length - 1, 0);
+  return Run.of(events);
 }

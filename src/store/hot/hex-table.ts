@@ -1,10 +1,11 @@
-// The hot tier's index of held events by id: an open-addressing hash table whose keys are 56 bits
-// of the id's hex digits, kept in a typed array. A Map keyed by the id string hashes each of the 64
-// characters and follows three pointers per probe (bucket, entry, key string), each a wait on memory
-// in a table of a million entries; here an insert or a miss reads one slot of an Int32Array, and only
-// a slot whose 56 bits match is checked against the held event's id (ids are SHA-256 hashes; ids
-// made to share 56 bits cost a longer probe, never a wrong answer). Sized for the events it holds:
-// a million cost 16-32 bytes each, as a Map's entries do.
+// The hot tier's tables keyed by 64 hex digits (event ids, authors' pubkeys): open-addressing hash
+// tables whose keys are 56 bits of the hex digits, kept in a typed array. A Map keyed by the string
+// hashes each of the 64 characters and follows three pointers per probe (bucket, entry, key
+// string), each a wait on memory in a table of a million entries; here an insert or a miss reads
+// one slot of an Int32Array, and only a slot whose 56 bits match is checked against the value's key
+// (ids are SHA-256 hashes, pubkeys points on a curve; keys made to share 56 bits cost a longer
+// probe, never a wrong answer). Sized for what it holds: a million entries cost 16-32 bytes each,
+// as a Map's do.
 import type { HeldEvent } from './held-event.js';
 
 /** The table grows (twice as large) when more than this fraction of its slots is used. */
@@ -23,10 +24,10 @@ export function hexBits(s: string, at: number, digits: number): number {
   return n;
 }
 
-export class IdIndex {
+export abstract class HexTable<V> {
   /** Two 28-bit halves of each slot's key, 0 and 0 for an empty slot. */
   private keys: Int32Array;
-  private values: Array<HeldEvent | undefined>;
+  private values: Array<V | undefined>;
   private mask: number;
   /** 32 - log2(capacity). */
   private shift: number;
@@ -36,50 +37,54 @@ export class IdIndex {
     let capacity = 1024;
     while (capacity * MAX_LOAD < expected) capacity *= 2;
     this.keys = new Int32Array(2 * capacity);
-    this.values = new Array<HeldEvent | undefined>(capacity).fill(undefined);
+    this.values = new Array<V | undefined>(capacity).fill(undefined);
     this.mask = capacity - 1;
     this.shift = 32 - Math.log2(capacity);
   }
+
+  /** The key a value is held under. */
+  protected abstract keyOf(value: V): string;
 
   get size(): number {
     return this.count;
   }
 
-  get(id: string): HeldEvent | undefined {
-    const h1 = hexBits(id, 0, 7);
-    const h2 = hexBits(id, 7, 7) || 1;
+  get(key: string): V | undefined {
+    const h1 = hexBits(key, 0, 7);
+    const h2 = hexBits(key, 7, 7) || 1;
     const { keys, mask } = this;
     for (let i = this.home(h1, h2); ; i = (i + 1) & mask) {
       const k1 = keys[2 * i]!;
       const k2 = keys[2 * i + 1]!;
       if (k2 === 0) return undefined;
       if (k1 === h1 && k2 === h2) {
-        const e = this.values[i]!;
-        if (e.id === id) return e;
+        const value = this.values[i]!;
+        if (this.keyOf(value) === key) return value;
       }
     }
   }
 
-  has(id: string): boolean {
-    return this.get(id) !== undefined;
+  has(key: string): boolean {
+    return this.get(key) !== undefined;
   }
 
-  /** Holds `e` under its id; the caller has checked that no event with this id is held. */
-  set(e: HeldEvent): void {
+  /** Holds `value` under its key; the caller has checked that nothing is held under it. */
+  set(value: V): void {
     if (this.count + 1 > (this.mask + 1) * MAX_LOAD) this.grow();
-    this.place(hexBits(e.id, 0, 7), hexBits(e.id, 7, 7) || 1, e);
+    const key = this.keyOf(value);
+    this.place(hexBits(key, 0, 7), hexBits(key, 7, 7) || 1, value);
     this.count++;
   }
 
-  delete(id: string): boolean {
-    const h1 = hexBits(id, 0, 7);
-    const h2 = hexBits(id, 7, 7) || 1;
+  delete(key: string): boolean {
+    const h1 = hexBits(key, 0, 7);
+    const h2 = hexBits(key, 7, 7) || 1;
     const { keys, mask } = this;
     let i = this.home(h1, h2);
     for (; ; i = (i + 1) & mask) {
       const k2 = keys[2 * i + 1]!;
       if (k2 === 0) return false;
-      if (keys[2 * i] === h1 && k2 === h2 && this.values[i]!.id === id) break;
+      if (keys[2 * i] === h1 && k2 === h2 && this.keyOf(this.values[i]!) === key) break;
     }
     // Backward-shift deletion: later entries of the run that may sit at i move up, so no probe
     // stops early at the hole.
@@ -108,22 +113,29 @@ export class IdIndex {
     return Math.imul(h1 ^ Math.imul(h2, 0x27d4eb2d), 0x9e3779b1) >>> this.shift;
   }
 
-  private place(h1: number, h2: number, e: HeldEvent): void {
+  private place(h1: number, h2: number, value: V): void {
     const { keys, mask } = this;
     let i = this.home(h1, h2);
     while (keys[2 * i + 1] !== 0) i = (i + 1) & mask;
     keys[2 * i] = h1;
     keys[2 * i + 1] = h2;
-    this.values[i] = e;
+    this.values[i] = value;
   }
 
   private grow(): void {
     const { keys, values } = this;
     const capacity = 2 * (this.mask + 1);
     this.keys = new Int32Array(2 * capacity);
-    this.values = new Array<HeldEvent | undefined>(capacity).fill(undefined);
+    this.values = new Array<V | undefined>(capacity).fill(undefined);
     this.mask = capacity - 1;
     this.shift = 32 - Math.log2(capacity);
     for (let i = 0; i < values.length; i++) if (keys[2 * i + 1] !== 0) this.place(keys[2 * i]!, keys[2 * i + 1]!, values[i]!);
+  }
+}
+
+/** Held events by id. */
+export class IdIndex extends HexTable<HeldEvent> {
+  protected keyOf(e: HeldEvent): string {
+    return e.id;
   }
 }

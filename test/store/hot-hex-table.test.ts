@@ -1,10 +1,10 @@
-// The hot tier's id index (store/hot/id-index.ts) against a Map: any sequence of inserts, lookups
-// and deletions gives the same answers, including ids that share the 56 bits the table keys by, and
-// through the table's growth.
+// The hot tier's tables keyed by hex (store/hot/hex-table.ts) against a Map: any sequence of
+// inserts, lookups and deletions gives the same answers, including keys
+// that share the 56 bits the table keys by, and through the table's growth.
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { HeldEvent } from '../../src/store/hot/held-event.js';
-import { IdIndex } from '../../src/store/hot/id-index.js';
+import { IdIndex } from '../../src/store/hot/hex-table.js';
 
 const held = (id: string) => new HeldEvent(id, 'a'.repeat(64), 1, 1, '{}', [], null, null, 2);
 
