@@ -29,15 +29,15 @@ export interface HotTierOptions {
 const MAX_AUTHOR_KIND_PAIRS = 4096;
 
 /**
- * Estimated heap bytes of one held event, measured on Node 20 x64 (8-byte pointers): 480 for the
+ * Estimated heap bytes of one held event, measured on Node 20 x64 (8-byte pointers): 400 for the
  * HeldEvent, its id, its table slot and its slots in the all, kind, author and author+kind lists
  * (each slot a pointer and a number, sorted-list.ts, with the room the lists keep to grow);
  * the raw JSON; with indexed tags, 70 for the array of their names and values and about 120 per
- * tag. A tag value other events have too costs ~11 bytes (a slot in its list), one only this event
+ * tag. A tag value other events have too costs ~23 bytes (a slot in its list), one only this event
  * has ~130 (its value string and Map entry), and in a real corpus most are the latter (a reply's
  * `e`, a mention's `p`): 120 errs high where values are shared. Events the fill brings keep their id
  * as a slice of raw (fill.ts). `npm run bench:hot-memory` on the 1M bench corpus (638-character
- * JSON, 2.14 tags): 1,291 bytes per event measured for 1,000,000 events, 1,451 estimated.
+ * JSON, 2.14 tags): 1,198 bytes per event measured for 1,000,000 events, 1,371 estimated.
  */
 const EVENT_BYTES = 400;
 const TAG_ARRAY_BYTES = 70;
