@@ -18,7 +18,7 @@ import { DEFAULT_QUERY_SHAPES, ensurePublishEvents, fanoutMessages, publishSigne
 import { findK6, findK6Nostr, k6Version, runK6 } from './k6.js';
 import { latencySvg, ladderTable, SCENARIOS, shapeTable, stat, throughput, type ScenarioName, type Step, type StepSystem } from './report.js';
 import {
-  cpuTracker, establishedConnections, loadAverage, machineDescription, openFileLimit, postgresPids, reapedChildrenCpuSeconds, rssBytes,
+  cpuTracker, establishedConnections, loadAverage, machineDescription, openFileLimit, postgresPids, reapedChildrenCpuSeconds, rssBytes, stolenCpuSeconds,
 } from './system.js';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../..');
@@ -264,6 +264,7 @@ async function step(ctx: Context, x: number, script: string, env: Record<string,
   const postgres = cpuTracker(() => (a.databaseUrl ? [] : postgresPids(a.dataDir)));
   const relayCpu = cpuTracker(() => relayProcesses(ctx).map((p) => p.pid));
   const k6Before = reapedChildrenCpuSeconds();
+  const stolenBefore = stolenCpuSeconds();
   let peakConnections = 0;
   let rssAtPeak: number | undefined;
   let peakRss = 0;
@@ -294,6 +295,7 @@ async function step(ctx: Context, x: number, script: string, env: Record<string,
     relayCpu: (relayCpu.sample(), delta(relayCpu.seconds(), 0)),
     postgresCpu: (postgres.sample(), delta(postgres.seconds(), 0)),
     k6Cpu: delta(reapedChildrenCpuSeconds(), k6Before),
+    stolenCpu: delta(stolenCpuSeconds(), stolenBefore),
     relayRssMb: peakRss ? peakRss / 2 ** 20 : undefined,
     peakConnections,
     rssPerConnectionKb:
@@ -553,7 +555,7 @@ async function render(r: Results, out: string): Promise<void> {
     ladderTable(a.scenario, r.steps, xLabel),
     '',
     `Latency in ms (${spec.latencyMetric}); throughput (${spec.throughputLabel}) ${over}; errors = relay_errors (CLOSED, NOTICE, OK false, timeouts, socket errors and drops); ` +
-      'CPU in cores, averaged over the k6 run (2.00 = both cores of a 2-core machine).',
+      'CPU in cores, averaged over the k6 run (2.00 = both cores of a 2-core machine); stolen = CPU the hypervisor gave to other machines while this one wanted it (/proc/stat steal).',
     ...(perShape ? ['', 'Per shape, p50 / p95 (ms):', '', perShape] : []),
     ...(r.notes.length ? ['', ...r.notes.map((n) => `- ${n}`)] : []),
     '',

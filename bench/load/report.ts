@@ -16,6 +16,8 @@ export interface StepSystem {
   relayCpu?: number;
   postgresCpu?: number;
   k6Cpu?: number;
+  /** CPU the hypervisor took from this machine during the step, in cores (stolenCpuSeconds). */
+  stolenCpu?: number;
   /** Relay resident memory at the step's peak, MiB. */
   relayRssMb?: number;
   /** (peak RSS − RSS before the step) ÷ peak established connections, KiB. */
@@ -181,7 +183,7 @@ function extraColumns(scenario: ScenarioName, steps: Step[]): Array<[string, (s:
 export function ladderTable(scenario: ScenarioName, steps: Step[], xLabel = SCENARIOS[scenario].xLabel): string {
   const spec = SCENARIOS[scenario];
   const extras = extraColumns(scenario, steps);
-  const header = [xLabel, 'samples', 'p50', 'p90', 'p95', 'p99', 'max', spec.throughputLabel, ...extras.map(([h]) => h), 'errors', 'relay CPU', 'PG CPU', 'k6 CPU', 'thresholds'];
+  const header = [xLabel, 'samples', 'p50', 'p90', 'p95', 'p99', 'max', spec.throughputLabel, ...extras.map(([h]) => h), 'errors', 'relay CPU', 'PG CPU', 'k6 CPU', 'stolen', 'thresholds'];
   const align = header.map((_, i) => (i === header.length - 1 ? '---' : '---:'));
   const lines = [`| ${header.join(' | ')} |`, `|${align.join('|')}|`];
   for (const step of steps) {
@@ -189,7 +191,7 @@ export function ladderTable(scenario: ScenarioName, steps: Step[], xLabel = SCEN
     const cells = [
       fmtNum(r.x), fmtNum(r.count), fmtMs(r.p50), fmtMs(r.p90), fmtMs(r.p95), fmtMs(r.p99), fmtMs(r.max), fmtNum(r.throughput, scenario === 'connections' ? 0 : 1),
       ...extras.map(([, cell]) => cell(step)),
-      fmtNum(r.errors), cpu(step.system?.relayCpu), cpu(step.system?.postgresCpu), cpu(step.system?.k6Cpu), verdict(r),
+      fmtNum(r.errors), cpu(step.system?.relayCpu), cpu(step.system?.postgresCpu), cpu(step.system?.k6Cpu), cpu(step.system?.stolenCpu), verdict(r),
     ];
     lines.push(`| ${cells.join(' | ')} |`);
   }

@@ -40,6 +40,21 @@ export function mainThreadCpuSeconds(pid: number): number | undefined {
   return f ? (Number(f[11]) + Number(f[12])) / clockTicks() : undefined;
 }
 
+/**
+ * CPU seconds the hypervisor gave to others while this machine's CPUs wanted to run, all CPUs
+ * together (/proc/stat's `steal`; 0 on bare metal). During a measurement it is time no process here
+ * was counted for and none of them could use.
+ */
+export function stolenCpuSeconds(): number | undefined {
+  try {
+    const first = readFileSync('/proc/stat', 'utf8').split('\n', 1)[0]!.trim().split(/\s+/);
+    // cpu user nice system idle iowait irq softirq steal …
+    return first[0] === 'cpu' && first.length > 8 ? Number(first[8]) / clockTicks() : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
 /** CPU seconds of this process' children that have exited and been waited for (k6 runs, here). */
 export function reapedChildrenCpuSeconds(): number | undefined {
   const f = statFields('self');

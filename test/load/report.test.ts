@@ -23,17 +23,17 @@ function querySummary(p95: number, reqsPerSecond: number, crossed: boolean): K6S
 }
 
 const steps: Step[] = [
-  { x: 1, exitCode: 0, summary: querySummary(12.25, 95.5, false), system: { relayCpu: 0.31, postgresCpu: 0.52, k6Cpu: 0.1 } },
+  { x: 1, exitCode: 0, summary: querySummary(12.25, 95.5, false), system: { relayCpu: 0.31, postgresCpu: 0.52, k6Cpu: 0.1, stolenCpu: 0.02 } },
   { x: 10, exitCode: 99, summary: querySummary(61, 160, true), system: { relayCpu: 0.6, postgresCpu: 1.2, k6Cpu: 0.15 } },
 ];
 
 describe('load report', () => {
   it('writes one table row per ladder step with percentiles, throughput, errors, CPU and the verdict', () => {
     expect(ladderTable('query', steps).split('\n')).toEqual([
-      '| VUs | samples | p50 | p90 | p95 | p99 | max | REQ/s | events/REQ | events/s | errors | relay CPU | PG CPU | k6 CPU | thresholds |',
-      '|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|',
-      '| 1 | 900 | 4.00 | 9.00 | 12.3 | 80.0 | 120.5 | 95.5 | 100 | 9,550 | 0 | 0.31 | 0.52 | 0.10 | ✓ |',
-      '| 10 | 900 | 4.00 | 9.00 | 61.0 | 80.0 | 120.5 | 160.0 | 100 | 16,000 | 0 | 0.60 | 1.20 | 0.15 | ✗ eose_ms: p(95)<50 |',
+      '| VUs | samples | p50 | p90 | p95 | p99 | max | REQ/s | events/REQ | events/s | errors | relay CPU | PG CPU | k6 CPU | stolen | thresholds |',
+      '|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|',
+      '| 1 | 900 | 4.00 | 9.00 | 12.3 | 80.0 | 120.5 | 95.5 | 100 | 9,550 | 0 | 0.31 | 0.52 | 0.10 | 0.02 | ✓ |',
+      '| 10 | 900 | 4.00 | 9.00 | 61.0 | 80.0 | 120.5 | 160.0 | 100 | 16,000 | 0 | 0.60 | 1.20 | 0.15 | – | ✗ eose_ms: p(95)<50 |',
     ]);
   });
 
