@@ -238,6 +238,18 @@ describe('a snapshot read back at start', () => {
     });
   }, 120_000);
 
+  it('removes at stop the snapshots no process of this start claimed (WORKERS lowered), not those written since', async () => {
+    // Once the start has claimed what it reads: a file written before this process started (left by
+    // a larger WORKERS), and one written since (a sibling's, at its stop).
+    await started(64 * 2 ** 20, async () => {
+      const before = (performance.timeOrigin - 60_000) / 1000;
+      writeFileSync(join(dir, 'hot-tier.11.snapshot'), 'x');
+      utimesSync(join(dir, 'hot-tier.11.snapshot'), before, before);
+      writeFileSync(join(dir, 'hot-tier.12.snapshot'), 'x');
+    });
+    expect(readdirSync(dir).sort()).toEqual(['hot-tier.12.snapshot', `hot-tier.${process.pid}.snapshot`]);
+  }, 120_000);
+
   it('takes in what was stored, deleted and replaced while the relay was down, in the buckets that changed', async () => {
     writeSnapshot(join(dir, 'hot-tier.1.snapshot'), tierOf(await tableRaws()).image()!, 4);
     // Another writer, while no relay runs: deletions, and events of every age (new versions among them).

@@ -65,6 +65,28 @@ export function claimSnapshot(dir: string): string | undefined {
   return undefined;
 }
 
+/**
+ * Removes the snapshots in `dir` other processes wrote before `since` (this process's start), once
+ * this process has written its own: every process of this start claimed one at its start (renamed,
+ * no longer a `.snapshot`), so these are what a larger WORKERS left, each older than the one just
+ * written. Returns how many were removed.
+ */
+export function removeUnclaimedSnapshots(dir: string, since: number): number {
+  let removed = 0;
+  for (const name of readdirSync(dir)) {
+    const match = SNAPSHOT_NAME.exec(name);
+    if (!match || Number(match[1]) === process.pid) continue;
+    try {
+      if (statSync(join(dir, name)).mtimeMs >= since) continue; // written by a process of this start
+      unlinkSync(join(dir, name));
+      removed++;
+    } catch {
+      // removed or claimed meanwhile
+    }
+  }
+  return removed;
+}
+
 /** A bucket's count and the three sums of its ids' first 72 bits, 24 at a time. */
 export interface BucketPrint {
   n: number;

@@ -25,7 +25,7 @@ import type { PreparedEvent } from '../prepared-event.js';
 import type { StoredRow } from '../read.js';
 import { mkdirSync } from 'node:fs';
 import { FILL_BATCH_ROWS, prepareHeld, readBatches, readNewestFirst, REPLACEABLE_SQL } from './fill.js';
-import { bucketPrintsQuery, bucketRange, bucketRowsQuery, differingBuckets, snapshotFile, type BucketPrint } from './restore.js';
+import { bucketPrintsQuery, bucketRange, bucketRowsQuery, differingBuckets, removeUnclaimedSnapshots, snapshotFile, type BucketPrint } from './restore.js';
 import { writeSnapshot } from './snapshot.js';
 import { SnapshotLoad } from './snapshot-load.js';
 import { HotTier } from './tier.js';
@@ -164,7 +164,11 @@ export class HotTierService {
     try {
       mkdirSync(dir, { recursive: true });
       const bytes = writeSnapshot(snapshotFile(dir), image);
-      this.log.info({ events: image.events.length, megabytes: Math.round(bytes / 2 ** 20), seconds: (Date.now() - started) / 1000 }, 'hot tier snapshot written');
+      const unclaimed = removeUnclaimedSnapshots(dir, performance.timeOrigin);
+      this.log.info(
+        { events: image.events.length, megabytes: Math.round(bytes / 2 ** 20), seconds: (Date.now() - started) / 1000, ...(unclaimed ? { unclaimedRemoved: unclaimed } : {}) },
+        'hot tier snapshot written',
+      );
     } catch (err) {
       this.log.warn({ err: (err as Error).message, dir }, 'hot tier: the snapshot could not be written; the next start fills from the database');
     }
