@@ -63,14 +63,15 @@ export async function startRelayProcess(env: Record<string, string> = {}): Promi
 
 /**
  * Waits until the relay's hot tier has filled (its "hot tier filled" log line, from the database or
- * from the snapshot the last stop wrote), when it has one (HOT_TIER_MB not 0): a benchmark of REQs
- * then measures the tier, not its warm-up.
+ * from the snapshot the last stop wrote) in each of its `workers` processes, when it has one
+ * (HOT_TIER_MB not 0): a benchmark of REQs then measures the tier, not its warm-up.
  */
-export async function waitForHotTier(relay: RelayProcess, timeoutMs = 15 * 60_000): Promise<Record<string, unknown> | undefined> {
+export async function waitForHotTier(relay: RelayProcess, timeoutMs = 15 * 60_000, workers = 1): Promise<Record<string, unknown> | undefined> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
-    const filled = relay.logs.find((l) => l.msg === 'hot tier filled');
-    if (filled) return filled;
+    // Each process of WORKERS fills its own tier (or reads its own snapshot back): the last one's line.
+    const filled = relay.logs.filter((l) => l.msg === 'hot tier filled');
+    if (filled.length >= workers) return filled[filled.length - 1];
     // No tier: no line of it at all (a start logs `hot tier filling`, or `hot tier reading its snapshot`).
     if (!relay.logs.some((l) => typeof l.msg === 'string' && l.msg.startsWith('hot tier'))) return undefined;
     if (Date.now() > deadline) throw new Error('the hot tier did not fill in time');

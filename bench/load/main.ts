@@ -3,6 +3,7 @@
 // variable. Prepares what k6 cannot: the seeded corpus and its REQ mix, signed events. See --help.
 import { execFileSync, spawn } from 'node:child_process';
 import { mkdir, readFile, rm, writeFile } from 'node:fs/promises';
+import { availableParallelism } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
@@ -462,7 +463,7 @@ async function main(): Promise<void> {
     }
     // A relay with the hot tier (HOT_TIER_MB) is measured once it has filled, not while it warms up.
     for (const r of relays?.relays ?? []) {
-      const filled = await waitForHotTier(r);
+      const filled = await waitForHotTier(r, undefined, a.workers === 'auto' ? availableParallelism() : Number(a.workers));
       if (filled) say(`hot tier filled: ${filled.events} events, ~${filled.megabytes} MB, in ${filled.seconds} s`);
     }
     const targets = relays?.relays.map((r) => ({ url: r.url, pid: r.pid })) ?? [{ url: a.url!, pid: a.relayPid }];
