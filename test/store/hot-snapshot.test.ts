@@ -247,7 +247,7 @@ describe('a snapshot read back at start', () => {
       utimesSync(join(dir, 'hot-tier.11.snapshot'), before, before);
       writeFileSync(join(dir, 'hot-tier.12.snapshot'), 'x');
     });
-    expect(readdirSync(dir).sort()).toEqual(['hot-tier.12.snapshot', `hot-tier.${process.pid}.snapshot`]);
+    expect(readdirSync(dir).sort()).toEqual(['hot-tier.12.snapshot', `hot-tier.${process.pid}.snapshot`].sort());
   }, 120_000);
 
   it('takes in what was stored, deleted and replaced while the relay was down, in the buckets that changed', async () => {
