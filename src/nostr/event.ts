@@ -12,6 +12,19 @@ const HEX_DIGIT = new Uint8Array(128);
 for (const c of '0123456789abcdef') HEX_DIGIT[c.charCodeAt(0)] = 1;
 
 /**
+ * The bits of `digits` (at most 7) lowercase hex digits of s at `at`; any other character counts as
+ * its low four bits (callers that need exactness compare the whole string after).
+ */
+export function hexBits(s: string, at: number, digits: number): number {
+  let n = 0;
+  for (let i = at; i < at + digits; i++) {
+    const c = s.charCodeAt(i);
+    n = (n << 4) | ((c <= 57 ? c - 48 : c - 87) & 15);
+  }
+  return n;
+}
+
+/**
  * HEX64.test(x) for a string, in ~40 % of the time (a table per character, not a regular
  * expression): a REQ's filters can carry thousands of ids, authors and #e/#p values.
  */

@@ -1,5 +1,5 @@
 // NIP-01 filters: parsing with the relay's limits, and in-memory matching for live events.
-import { isHex64, type Checked, type NostrEvent } from './event.js';
+import { hexBits, isHex64, type Checked, type NostrEvent } from './event.js';
 import * as reason from './reason.js';
 import { compileSearch, MAX_SEARCH_LENGTH, parseSearch, searchDocument, type CompiledSearch, type ParsedSearch, type SearchDocument } from './search.js';
 import { indexedTags, isIndexableTagName, isIndexableTagValue } from './tags.js';
@@ -89,12 +89,7 @@ function distinctHex(list: string[]): string[] {
   let kept: string[] | undefined;
   for (let j = 0; j < n; j++) {
     const value = list[j]!;
-    let h = 0;
-    for (let i = 0; i < 7; i++) {
-      const c = value.charCodeAt(i);
-      h = (h << 4) | ((c <= 57 ? c - 48 : c - 87) & 15);
-    }
-    let i = Math.imul(h, 0x9e3779b1) & mask;
+    let i = Math.imul(hexBits(value, 0, 7), 0x9e3779b1) & mask;
     let repeat = false;
     for (; slots[i] !== 0; i = (i + 1) & mask) {
       if (list[slots[i]! - 1] === value) {

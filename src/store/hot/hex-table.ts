@@ -6,23 +6,11 @@
 // (ids are SHA-256 hashes, pubkeys points on a curve; keys made to share 56 bits cost a longer
 // probe, never a wrong answer). Sized for what it holds: a million entries cost 16-32 bytes each,
 // as a Map's do.
+import { hexBits } from '../../nostr/event.js';
 import type { HeldEvent } from './held-event.js';
 
 /** The table grows (twice as large) when more than this fraction of its slots is used. */
 const MAX_LOAD = 0.5;
-
-/**
- * The bits of `digits` (at most 7) lowercase hex digits of s at `at`; any other character counts as
- * its low four bits (here still correct, through the check against the event's id).
- */
-export function hexBits(s: string, at: number, digits: number): number {
-  let n = 0;
-  for (let i = at; i < at + digits; i++) {
-    const c = s.charCodeAt(i);
-    n = (n << 4) | ((c <= 57 ? c - 48 : c - 87) & 15);
-  }
-  return n;
-}
 
 export abstract class HexTable<V> {
   /** Two 28-bit halves of each slot's key, 0 and 0 for an empty slot. */

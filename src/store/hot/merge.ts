@@ -12,7 +12,7 @@
 // kind after MAX_KIND_SKIP of them, so one with no match at all is not read to its end when the
 // answer is complete long before; the merge then drops that entry.
 import type { HeldEvent } from './held-event.js';
-import { entryAt, kindOf, metaOf } from './sorted-list.js';
+import { entryAt, kindOf, metaOfEvent } from './sorted-list.js';
 
 /** Entries of other kinds a list passes over in one step before it stops at one (see above). */
 const MAX_KIND_SKIP = 64;
@@ -57,12 +57,7 @@ export class Run {
 
   /** A run over these events, in list order (oldest first), read from the newest. */
   static of(events: readonly HeldEvent[]): Run {
-    return new Run(
-      events,
-      events.map((e) => metaOf(e.created_at, e.kind)),
-      events.length - 1,
-      0,
-    );
+    return new Run(events, events.map(metaOfEvent), events.length - 1, 0);
   }
 
   /**

@@ -7,8 +7,8 @@
 // tries (ids are SHA-256 hashes).
 import { readdirSync, renameSync, statSync, unlinkSync } from 'node:fs';
 import { join } from 'node:path';
+import { hexBits } from '../../nostr/event.js';
 import { REPLACEABLE_KINDS_SQL } from './fill.js';
-import { hexBits } from './hex-table.js';
 
 const SNAPSHOT_NAME = /^hot-tier\.(\d+)\.snapshot$/;
 const LEFTOVER_NAME = /^hot-tier\.(\d+)\.(?:loading|snapshot\.\d+\.tmp)$/;

@@ -6,13 +6,11 @@ import { renameSync } from 'node:fs';
 import { dirname } from 'node:path';
 import { claimSnapshot, removeFile, snapshotFile, type BucketPrint } from './restore.js';
 import { SnapshotReader, type SnapshotHeader } from './snapshot.js';
-import { HotTier, type TierImage } from './tier.js';
+import { HotTier } from './tier.js';
 
 export interface LoadedSnapshot {
-  header: SnapshotHeader;
   /** Every event held and listed; the window and replaceableComplete already the snapshot's. */
   tier: HotTier;
-  image: TierImage;
   /** The snapshot's buckets' figures (restore.ts). */
   prints: Map<number, BucketPrint>;
   /** Milliseconds reading the file, then building the lists. */
@@ -112,7 +110,7 @@ export class SnapshotLoad {
       const { image, prints } = await reader.read(turn, (e, bytes) => tier.restoreEvent(e, bytes));
       const readAt = Date.now();
       for (const _ of tier.restoreLists(image)) await turn();
-      if (!this.cancelled) this.result = { header, tier, image, prints, readMs: readAt - this.startedAt, buildMs: Date.now() - readAt };
+      if (!this.cancelled) this.result = { tier, prints, readMs: readAt - this.startedAt, buildMs: Date.now() - readAt };
     } finally {
       reader.close();
     }

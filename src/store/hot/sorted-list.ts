@@ -36,7 +36,8 @@ export function entryAt(items: ReadonlyArray<HeldEvent | undefined>, metas: read
   return at < AT_LIMIT ? at : items[i]!.created_at;
 }
 
-const metaOfEvent = (e: HeldEvent): number => metaOf(e.created_at, e.kind);
+/** metaOf an event. */
+export const metaOfEvent = (e: HeldEvent): number => metaOf(e.created_at, e.kind);
 
 /** Dead entries are swept once they are this fraction of the list (and at least DEAD_MIN). */
 const DEAD_FRACTION = 4; // a quarter

@@ -261,28 +261,14 @@ export class HotTier {
       const list = new AuthorList(strings[a]!);
       const items = new Array<HeldEvent>(to - from);
       const ofAuthor = new Array<number>(to - from);
-      // Per kind, arrays of exactly its entries (counted first): no growth, no room left over.
-      const ofKinds = new Map<number, { items: HeldEvent[]; metas: number[]; n: number }>();
-      for (let j = from; j < to; j++) {
-        const k = kind[byAuthor.order[j]!]!;
-        const counted = ofKinds.get(k);
-        if (counted) counted.n++;
-        else ofKinds.set(k, { items: [], metas: [], n: 1 });
-      }
-      for (const group of ofKinds.values()) {
-        group.items = new Array<HeldEvent>(group.n);
-        group.metas = new Array<number>(group.n);
-        group.n = 0;
-      }
       for (let j = from; j < to; j++) {
         const at = byAuthor.order[j]!;
         const e = (items[j - from] = events[at]!);
         const meta = (ofAuthor[j - from] = metas[at]!);
-        const group = ofKinds.get(kind[at]!)!;
-        group.items[group.n] = e;
-        group.metas[group.n++] = meta;
+        const ofKind = list.byKind.get(kind[at]!);
+        if (ofKind) ofKind.push(e, meta);
+        else list.byKind.set(kind[at]!, SortedList.of('', [e], [meta]));
       }
-      for (const [k, group] of ofKinds) list.byKind.set(k, SortedList.of('', group.items, group.metas));
       list.take(items, ofAuthor);
       this.byAuthor.set(list);
       if ((done += to - from) >= STEP) {
