@@ -165,6 +165,8 @@ interface StartResult {
   ninety?: number;
   filled?: number;
   filledLogSeconds?: number;
+  /** A snapshot start's phases (the log line's): reading the file, building the lists, PostgreSQL's figures, reading again, s. */
+  phases?: number[];
   /** Where the tier was filled from (the "hot tier filled" line's `from`). */
   from: string;
   /** Seconds the stop took to write the snapshot, if it wrote one. */
@@ -217,6 +219,7 @@ async function start(mix: MixEntry[], snapshot: boolean): Promise<StartResult> {
       ninety: reached(0.9) && since(reached(0.9)!),
       filled: since(filledAt!),
       filledLogSeconds: filledLine?.seconds as number | undefined,
+      phases: filledLine?.phases as number[] | undefined,
       from: (filledLine?.from as string | undefined) ?? 'database',
       held,
       peakRssMb: (peakRssBytes(relay.pid) ?? NaN) / 2 ** 20,
@@ -257,11 +260,11 @@ async function main(): Promise<void> {
     await sleep(2000);
   }
   const s = (x: number | undefined) => (x === undefined ? '–' : x.toFixed(1));
-  console.log('\n| start | from | load avg before → after | listening s | 50 % held s | 90 % held s | filled s (log line s) | events held | peak RSS MB | probe REQs during the fill (p50 / max ms) | REQs: memory / mixed / database | snapshot written at stop s |');
-  console.log('|---:|---|---|---:|---:|---:|---|---:|---:|---|---|---:|');
+  console.log('\n| start | from | load avg before → after | listening s | 50 % held s | 90 % held s | filled s (log line s) | snapshot read / lists / PostgreSQL / read again s | events held | peak RSS MB | probe REQs during the fill (p50 / max ms) | REQs: memory / mixed / database | snapshot written at stop s |');
+  console.log('|---:|---|---|---:|---:|---:|---|---|---:|---:|---|---|---:|');
   results.forEach((r, i) => {
     console.log(
-      `| ${i + 1} | ${r.from} | ${r.loadBefore.toFixed(2)} → ${r.loadAfter.toFixed(2)} | ${s(r.listening)} | ${s(r.half)} | ${s(r.ninety)} | ${s(r.filled)} (${s(r.filledLogSeconds)}) | ${r.held} | ${Math.round(r.peakRssMb ?? NaN)} | ${r.probesDuringFill} (${ms(r.probeP50)} / ${ms(r.probeMax)}) | ${r.memory} / ${r.mixed} / ${r.database} | ${s(r.writtenSeconds)} |`,
+      `| ${i + 1} | ${r.from} | ${r.loadBefore.toFixed(2)} → ${r.loadAfter.toFixed(2)} | ${s(r.listening)} | ${s(r.half)} | ${s(r.ninety)} | ${s(r.filled)} (${s(r.filledLogSeconds)}) | ${r.phases ? r.phases.map((x) => x.toFixed(1)).join(' / ') : '–'} | ${r.held} | ${Math.round(r.peakRssMb ?? NaN)} | ${r.probesDuringFill} (${ms(r.probeP50)} / ${ms(r.probeMax)}) | ${r.memory} / ${r.mixed} / ${r.database} | ${s(r.writtenSeconds)} |`,
     );
   });
   const shapes = values.shapes!.split(',');

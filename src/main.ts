@@ -54,6 +54,7 @@ async function main(): Promise<void> {
     // After a failed start, an embedded server this process found running (another relay's) stays.
     lifecycle.add('database', (reason) => db.close({ leaveAdopted: reason === 'startup-failed' }));
     const relay = await startRelay(config, db, log, { snapshot });
+    snapshot?.serving();
     lifecycle.add('relay', () => relay.close());
     // The router's streams once the relay serves; stopped before it (the writer still takes their events).
     if (config.ROUTER_CONFIG) {

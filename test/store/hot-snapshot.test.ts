@@ -20,6 +20,7 @@ import { ChangeFeed } from '../../src/store/feed.js';
 import { claimSnapshot, snapshotFile } from '../../src/store/hot/restore.js';
 import { HotTierService } from '../../src/store/hot/service.js';
 import { SnapshotReader, writeSnapshot } from '../../src/store/hot/snapshot.js';
+import { Slices } from '../../src/store/hot/snapshot-load.js';
 import { HotTier } from '../../src/store/hot/tier.js';
 import { prepareEvent, prepareStored } from '../../src/store/prepared-event.js';
 import { createTestDatabase } from '../support/database.js';
@@ -172,6 +173,27 @@ describe('claiming a snapshot', () => {
     expect(claimSnapshot(dir)).toBeUndefined();
     expect(claimSnapshot(join(dir, 'none'))).toBeUndefined();
     expect(snapshotFile(dir)).toBe(join(dir, `hot-tier.${process.pid}.snapshot`));
+  });
+});
+
+describe('the read\'s turns of the event loop', () => {
+  it('come every few milliseconds while the relay starts, then let the read take most of the thread', () => {
+    let clock = 0;
+    const slices = new Slices(() => clock);
+    const stretch = (othersMs: number): number => {
+      slices.next(othersMs);
+      let ms = 0;
+      while (!slices.due()) clock++, ms++;
+      return ms;
+    };
+    // Starting: whatever the start took in a turn, the read turns again after MIN_MS.
+    expect(stretch(0)).toBe(Slices.MIN_MS);
+    expect(stretch(50)).toBe(Slices.MIN_MS);
+    slices.serving = true;
+    // Serving: SHARE times what the rest took (REQs answered by PostgreSQL), within bounds.
+    expect(stretch(10)).toBe(Slices.SHARE * 10);
+    expect(stretch(0.5)).toBe(Slices.MIN_MS);
+    expect(stretch(1_000)).toBe(Slices.MAX_MS);
   });
 });
 

@@ -28,6 +28,7 @@ export class SnapshotLoad {
   readonly startedAt = Date.now();
   private cancelled = false;
   private finished = false;
+  private readonly slices = new Slices();
 
   private constructor(
     readonly file: string,
@@ -60,6 +61,14 @@ export class SnapshotLoad {
     const result = this.result;
     this.result = undefined;
     return result;
+  }
+
+  /**
+   * The relay serves (it listens, and PostgreSQL answers REQs until the tier is back): from now on
+   * the read takes most of the main thread while REQs wait for it (Slices).
+   */
+  serving(): void {
+    this.slices.serving = true;
   }
 
   /** Stops reading at the next turn of the event loop (`loaded` rejects). */
@@ -102,10 +111,11 @@ export class SnapshotLoad {
       }
       log.info({ events: header.events, file: this.file }, 'hot tier reading its snapshot');
       const turn = async () => {
-        await new Promise((next) => setImmediate(next));
+        if (!this.slices.due()) return;
+        await this.slices.yield();
         if (this.cancelled) throw new Error('stopped');
       };
-      await turn();
+      await this.slices.yield();
       const tier = new HotTier({ budgetBytes, expectedEvents: header.events });
       const { image, prints } = await reader.read(turn, (e, bytes) => tier.restoreEvent(e, bytes));
       const readAt = Date.now();
@@ -114,5 +124,45 @@ export class SnapshotLoad {
     } finally {
       reader.close();
     }
+  }
+}
+
+/**
+ * When the read lets the event loop turn. While the relay starts, every few milliseconds: the start
+ * (PostgreSQL, migrations, the listening socket) goes first, and the relay listens as soon as it
+ * would without a snapshot. Once it serves, REQs arrive that PostgreSQL answers, at a fifth of the
+ * tier's speed, until the tier is back: each stretch of reading then lasts SHARE times what the
+ * rest of the process took in the turn before (within bounds). So the REQs that arrive during a
+ * restart stretch it less (docs/benchmarks.md, a restart), and an idle relay's read turns as often
+ * as before.
+ */
+export class Slices {
+  static readonly MIN_MS = 8;
+  static readonly MAX_MS = 100;
+  static readonly SHARE = 4;
+  serving = false;
+  private sliceStart: number;
+  private slice = Slices.MIN_MS;
+
+  constructor(private readonly now: () => number = () => performance.now()) {
+    this.sliceStart = now();
+  }
+
+  /** Whether this stretch of reading is over. */
+  due(): boolean {
+    return this.now() - this.sliceStart >= this.slice;
+  }
+
+  /** One turn of the event loop, then the next stretch. */
+  async yield(): Promise<void> {
+    const yielded = this.now();
+    await new Promise((next) => setImmediate(next));
+    this.next(this.now() - yielded);
+  }
+
+  /** A stretch of reading starts now, after a turn in which the rest of the process took `othersMs`. */
+  next(othersMs: number): void {
+    this.sliceStart = this.now();
+    this.slice = this.serving ? Math.min(Slices.MAX_MS, Math.max(Slices.MIN_MS, Slices.SHARE * othersMs)) : Slices.MIN_MS;
   }
 }

@@ -279,7 +279,7 @@ export class SnapshotReader {
    * against its raw JSON (id, pubkey, created_at, kind): a damaged file throws rather than serve wrong
    * rows. With them, each bucket's figures (restore.ts), summed while the JSON is at hand.
    */
-  async read(turn: () => Promise<void>, onEvent: (e: HeldEvent, heldBytes: number) => void, batchEvents = 2000): Promise<{ image: TierImage; prints: Map<number, BucketPrint> }> {
+  async read(turn: () => Promise<void>, onEvent: (e: HeldEvent, heldBytes: number) => void, batchEvents = 500): Promise<{ image: TierImage; prints: Map<number, BucketPrint> }> {
     const { events: n, strings: s, pairs: p } = this.header;
     const stringEnd = this.column(Uint32Array, s);
     const stringWide = this.column(Uint8Array, s);
