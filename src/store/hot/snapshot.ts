@@ -280,7 +280,7 @@ export class SnapshotReader {
   /**
    * The events, oldest first, each handed to `onEvent` as it is read (HotTier.restoreEvent, with its
    * heldBytes), and how they group (HotTier.restoreLists), awaiting `turn` every
-   * `batchEvents` events (the caller lets the event loop turn). Each event's fixed fields are checked
+   * `batchEvents` events (the caller decides whether the event loop turns then: Slices). Each event's fixed fields are checked
    * against its raw JSON (id, pubkey, created_at, kind): a damaged file throws rather than serve wrong
    * rows. With them, each bucket's figures (restore.ts), summed while the JSON is at hand.
    */
