@@ -4,7 +4,7 @@
 // deleted, replaced, by anyone) and whatever changes while it reads is in it, exactly as PostgreSQL
 // answers; a file it cannot trust (damaged, another format, another budget) means the fill instead.
 import { spawnSync } from 'node:child_process';
-import { existsSync, mkdtempSync, readdirSync, rmSync, truncateSync, utimesSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, truncateSync, utimesSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import fc from 'fast-check';
@@ -149,6 +149,24 @@ describe('a snapshot file', () => {
     const altered = SnapshotReader.open(file);
     await expect(altered.read(async () => undefined, () => undefined)).rejects.toThrow(/does not match its JSON|not in order/);
     altered.close();
+  });
+
+  it('is refused when a byte of an event\'s content changed on disk (its checksum)', async () => {
+    const file = join(dir, 'c.snapshot');
+    writeSnapshot(file, tierOf(raws).image()!);
+    const intact = SnapshotReader.open(file);
+    await expect(intact.read(async () => undefined, () => undefined)).resolves.toBeDefined();
+    intact.close();
+    // The last event's JSON ends `…","sig":"<128 hex>"}` and the 4-byte checksum follows: change a
+    // digit of the signature, which no column repeats.
+    const bytes = readFileSync(file);
+    const at = bytes.length - 4 - 10;
+    expect(String.fromCharCode(bytes[at]!)).toMatch(/[0-9a-f]/);
+    bytes[at] = bytes[at] === 0x30 ? 0x31 : 0x30;
+    writeFileSync(file, bytes);
+    const changed = SnapshotReader.open(file);
+    await expect(changed.read(async () => undefined, () => undefined)).rejects.toThrow(/checksum does not match/);
+    changed.close();
   });
 });
 

@@ -6,8 +6,11 @@
 // (one value per event, per indexed tag or per string) and the events' raw JSON, in the tier's list
 // order (oldest first). Strings an event shares with others (its author, its tags' values, an
 // addressable event's key) are stored once and shared again once read. Written to a temporary name,
-// synced, then renamed: a file under the final name is whole.
+// synced, then renamed: a file under the final name is whole. A CRC-32 of everything after the header
+// ends the file: a byte changed on disk since (in an event's content, where no column repeats it)
+// fails the read, and the relay fills from the database instead of serving it.
 import { closeSync, fstatSync, fsyncSync, openSync, readSync, renameSync, writeSync } from 'node:fs';
+import { crc32 } from 'node:zlib';
 import { isReplaceable } from '../../nostr/kinds.js';
 import { CREATED_AT_AT, ID_AT, PUBKEY_AT } from './fill.js';
 import { HeldEvent } from './held-event.js';
@@ -16,7 +19,7 @@ import { heldBytes, type TierImage } from './tier.js';
 
 const MAGIC = Buffer.from('PGRHOT1\n', 'latin1');
 const FORMAT = 'pgrelay-hot-tier';
-const VERSION = 1;
+const VERSION = 2;
 /** Events per bucket of the check at start (restore.ts): a bucket that differs is read again whole. */
 export const BUCKET_EVENTS = 8192;
 /** Raw JSON bytes read (or written) at a time. */
@@ -199,23 +202,35 @@ export function writeSnapshot(file: string, image: { windowStart: number; replac
   const temporary = `${file}.${process.pid}.tmp`;
   const fd = openSync(temporary, 'w', 0o600);
   let written = 0;
+  let sum = 0;
+  /** Writes a part after the header, summed into the trailing CRC-32. */
+  const put = (part: NodeJS.ArrayBufferView) => {
+    writeAll(fd, part);
+    sum = crc32(part, sum);
+  };
   try {
-    for (const part of [MAGIC, length, head, c.stringEnd, c.stringWide, stringText, c.createdAt, c.kind, c.expiresAt, c.author, c.key, c.pairEnd, c.pairName, c.pairValue, c.rawEnd, c.ascii]) {
-      writeAll(fd, part);
+    for (const part of [MAGIC, length, head]) writeAll(fd, part);
+    written += MAGIC.length + length.length + head.length;
+    for (const part of [c.stringEnd, c.stringWide, stringText, c.createdAt, c.kind, c.expiresAt, c.author, c.key, c.pairEnd, c.pairName, c.pairValue, c.rawEnd, c.ascii]) {
+      put(part);
       written += part.byteLength;
     }
     const chunk = Buffer.allocUnsafe(CHUNK_BYTES);
     let used = 0;
     for (const e of events) {
       if (used + e.rawBytes > chunk.length) {
-        writeAll(fd, chunk.subarray(0, used));
+        put(chunk.subarray(0, used));
         used = 0;
       }
-      if (e.rawBytes > chunk.length) writeAll(fd, Buffer.from(e.raw, 'utf8'));
+      if (e.rawBytes > chunk.length) put(Buffer.from(e.raw, 'utf8'));
       else used += chunk.write(e.raw, used, 'utf8');
     }
-    writeAll(fd, chunk.subarray(0, used));
+    put(chunk.subarray(0, used));
     written += rawBytes;
+    const trailer = Buffer.alloc(4);
+    trailer.writeUInt32LE(sum >>> 0);
+    writeAll(fd, trailer);
+    written += trailer.length;
     fsyncSync(fd);
   } finally {
     closeSync(fd);
@@ -226,6 +241,9 @@ export function writeSnapshot(file: string, image: { windowStart: number; replac
 
 /** A snapshot being read: its header, then its events (readEvents). */
 export class SnapshotReader {
+  /** CRC-32 of what bytes() has read so far. */
+  private sum = 0;
+
   private constructor(
     private readonly fd: number,
     readonly header: SnapshotHeader,
@@ -249,7 +267,7 @@ export class SnapshotReader {
       const { events: n, strings: s, pairs: p } = header;
       for (const count of [n, s, p, header.stringBytes, header.rawBytes, header.heldBytes])
         if (!Number.isSafeInteger(count) || count < 0) throw new Error('snapshot header is not valid');
-      const expected = 12 + headLength + 5 * s + header.stringBytes + n * (8 + 4 + 8 + 4 + 4 + 4 + 8 + 1) + p * 5 + header.rawBytes;
+      const expected = 12 + headLength + 5 * s + header.stringBytes + n * (8 + 4 + 8 + 4 + 4 + 4 + 8 + 1) + p * 5 + header.rawBytes + 4;
       if (size !== expected) throw new Error(`snapshot is ${size} bytes, its header says ${expected}`);
       return new SnapshotReader(fd, header, 12 + headLength, size);
     } catch (err) {
@@ -258,7 +276,10 @@ export class SnapshotReader {
     }
   }
 
-  /** The next `bytes` of the file, in `into` when it is large enough (the raw JSON's chunks reuse one buffer). */
+  /**
+   * The next `bytes` of the file, in `into` when it is large enough (the raw JSON's chunks reuse one
+   * buffer), summed into the CRC-32 of what follows the header (read() reads it all once, in order).
+   */
   private bytes(bytes: number, into?: Buffer): Buffer {
     const buf = into && into.length >= bytes ? into.subarray(0, bytes) : Buffer.allocUnsafe(bytes);
     for (let got = 0; got < bytes; ) {
@@ -266,6 +287,7 @@ export class SnapshotReader {
       if (n === 0) throw new Error('snapshot cut short');
       got += n;
     }
+    this.sum = crc32(buf, this.sum);
     this.at += bytes;
     return buf;
   }
@@ -373,6 +395,8 @@ export class SnapshotReader {
       if (i % batchEvents === batchEvents - 1) await turn();
     }
     if (rawStart !== this.header.rawBytes) throw new Error('snapshot raw offsets are not valid');
+    const trailer = Buffer.alloc(4);
+    if (readSync(this.fd, trailer, 0, 4, this.at) !== 4 || trailer.readUInt32LE(0) !== this.sum >>> 0) throw new Error('snapshot checksum does not match: the file changed after it was written');
     const { windowStart, replaceableComplete } = this.header;
     const image = { windowStart: windowStart ?? -Infinity, replaceableComplete, events, kind: c.kind, createdAt: c.createdAt, author: c.author, pairEnd: c.pairEnd, pairName: c.pairName, pairValue: c.pairValue, strings };
     return { image, prints: prints.byBucket };
