@@ -110,12 +110,13 @@ export class SnapshotLoad {
         return;
       }
       log.info({ events: header.events, file: this.file }, 'hot tier reading its snapshot');
-      const turn = async () => {
-        if (!this.slices.due()) return;
+      // A turn of the event loop when this stretch of reading is over (Slices), or now (`now`).
+      const turn = async (now = false) => {
+        if (!now && !this.slices.due()) return;
         await this.slices.yield();
         if (this.cancelled) throw new Error('stopped');
       };
-      await this.slices.yield();
+      await turn(true);
       const tier = new HotTier({ budgetBytes, expectedEvents: header.events });
       const { image, prints } = await reader.read(turn, (e, bytes) => tier.restoreEvent(e, bytes));
       const readAt = Date.now();

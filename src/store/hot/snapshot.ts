@@ -203,18 +203,15 @@ export function writeSnapshot(file: string, image: { windowStart: number; replac
   const fd = openSync(temporary, 'w', 0o600);
   let written = 0;
   let sum = 0;
-  /** Writes a part after the header, summed into the trailing CRC-32. */
-  const put = (part: NodeJS.ArrayBufferView) => {
+  /** Writes a part of the file; what follows the header is summed into the trailing CRC-32. */
+  const put = (part: NodeJS.ArrayBufferView, summed = true) => {
     writeAll(fd, part);
-    sum = crc32(part, sum);
+    written += part.byteLength;
+    if (summed) sum = crc32(part, sum);
   };
   try {
-    for (const part of [MAGIC, length, head]) writeAll(fd, part);
-    written += MAGIC.length + length.length + head.length;
-    for (const part of [c.stringEnd, c.stringWide, stringText, c.createdAt, c.kind, c.expiresAt, c.author, c.key, c.pairEnd, c.pairName, c.pairValue, c.rawEnd, c.ascii]) {
-      put(part);
-      written += part.byteLength;
-    }
+    for (const part of [MAGIC, length, head]) put(part, false);
+    for (const part of [c.stringEnd, c.stringWide, stringText, c.createdAt, c.kind, c.expiresAt, c.author, c.key, c.pairEnd, c.pairName, c.pairValue, c.rawEnd, c.ascii]) put(part);
     const chunk = Buffer.allocUnsafe(CHUNK_BYTES);
     let used = 0;
     for (const e of events) {
@@ -226,11 +223,9 @@ export function writeSnapshot(file: string, image: { windowStart: number; replac
       else used += chunk.write(e.raw, used, 'utf8');
     }
     put(chunk.subarray(0, used));
-    written += rawBytes;
     const trailer = Buffer.alloc(4);
     trailer.writeUInt32LE(sum >>> 0);
-    writeAll(fd, trailer);
-    written += trailer.length;
+    put(trailer, false);
     fsyncSync(fd);
   } finally {
     closeSync(fd);
@@ -301,10 +296,11 @@ export class SnapshotReader {
 
   /**
    * The events, oldest first, each handed to `onEvent` as it is read (HotTier.restoreEvent, with its
-   * heldBytes), and how they group (HotTier.restoreLists), awaiting `turn` every
-   * `batchEvents` events (the caller decides whether the event loop turns then: Slices). Each event's fixed fields are checked
-   * against its raw JSON (id, pubkey, created_at, kind): a damaged file throws rather than serve wrong
-   * rows. With them, each bucket's figures (restore.ts), summed while the JSON is at hand.
+   * heldBytes), and how they group (HotTier.restoreLists), awaiting `turn` every `batchEvents`
+   * events (the caller decides whether the event loop turns then: Slices). Each event's fixed fields
+   * are checked against its raw JSON (id, pubkey, created_at, kind), and the whole against the
+   * file's CRC-32: a damaged file throws rather than serve wrong rows. With them, each bucket's
+   * figures (restore.ts), summed while the JSON is at hand.
    */
   async read(turn: () => Promise<void>, onEvent: (e: HeldEvent, heldBytes: number) => void, batchEvents = 500): Promise<{ image: TierImage; prints: Map<number, BucketPrint> }> {
     const { events: n, strings: s, pairs: p } = this.header;
