@@ -87,14 +87,10 @@ function runRouter(relay: RelayServer, databaseUrl: string, file: string, log: L
     const router = new Router({
       pool: ctx.pool,
       log: routerLog,
-      policy: ctx.policy,
-      verifier: ctx.verifier,
-      writePlugin: ctx.writePlugin,
+      admission: ctx.admission,
       pluginTimeoutMs: ctx.config.WRITE_POLICY_TIMEOUT_MS,
-      writer: ctx.writer,
       changes: ctx.changes,
       feed: ctx.feed,
-      outbox: ctx.outbox,
       registry: ctx.metrics.registry,
     });
     try {

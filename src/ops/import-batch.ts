@@ -1,8 +1,11 @@
-// The write step shared by the importers: batches are written by the bulk path (bulk-load.ts: the
-// relay's locks and rules, rows by COPY), strictly in input order, so the order-dependent rules (a
-// deletion and its target, two versions of one address) give what publishing the events one by one
-// would; and their outcomes are counted.
+// Where the importers' events go once admitted (admission/admit.ts): a sink that writes them in the
+// order they arrived, in batches, whatever order their checks finish in, so the order-dependent rules
+// (a deletion and its target, two versions of one address) give what publishing the events one by
+// one would. The importers' batches are written by the bulk path (bulk-load.ts: the relay's locks and
+// rules, rows by COPY); import-nostream's first phase encodes its rows for one load instead. Each
+// answer is counted here.
 import type pg from 'pg';
+import type { Answer, EventSink, SinkResult, SinkSlot } from '../admission/admit.js';
 import { addressOf } from '../store/plan-batch.js';
 import type { PreparedEvent } from '../store/prepared-event.js';
 import { BulkWriter, type BulkOptions } from './bulk-load.js';
@@ -14,57 +17,158 @@ export interface ImportCounts {
   duplicate: number;
   /** Accepted versions of a replaceable/addressable event that took the place of an earlier version. */
   replaced: number;
-  /** Not an event, or one the relay refuses on sight: bad JSON or shape, wrong id or signature, policy. */
+  /** Not an event, or one the relay refuses on sight: bad JSON or shape, wrong id or signature, policy, a plugin's reject. */
   invalid: number;
-  /** Valid events the relay rules refuse: an older version, deleted by its author, ephemeral. */
+  /** Valid events the relay rules refuse: an older version, deleted by its author, ephemeral, a plugin's shadowReject. */
   rejected: number;
-  /** invalid + rejected, by reason. */
+  /** Not imported for no fault of theirs: the write-policy plugin could not judge them (it kept failing). */
+  failed: number;
+  /** invalid + rejected + failed, by reason. */
   reasons: Record<string, number>;
 }
 
-export const emptyCounts = (): ImportCounts => ({ accepted: 0, duplicate: 0, replaced: 0, invalid: 0, rejected: 0, reasons: {} });
+export const emptyCounts = (): ImportCounts => ({ accepted: 0, duplicate: 0, replaced: 0, invalid: 0, rejected: 0, failed: 0, reasons: {} });
 
-export function countReason(counts: ImportCounts, kind: 'invalid' | 'rejected', reason: string): void {
+/** Why an event the plugin shadow-rejected was not stored (counted with the rejected). */
+export const SHADOW_REJECTED = 'shadowReject: kept out by the write policy plugin';
+
+export function countReason(counts: ImportCounts, kind: 'invalid' | 'rejected' | 'failed', reason: string): void {
   counts[kind]++;
   // Reasons with a number in them ("more than 2000 tags") stay as they are: a handful of distinct ones.
   counts.reasons[reason] = (counts.reasons[reason] ?? 0) + 1;
 }
 
-export interface ImportItem<Ref> {
-  prepared: PreparedEvent;
-  /** Where the event came from (a line number, a source id), handed back with its refusal. */
-  ref: Ref;
+/** Counts an admission's answer; returns the reason it was not stored (to report), or undefined. */
+export function countAnswer(counts: ImportCounts, answer: Answer): string | undefined {
+  switch (answer.outcome) {
+    case 'stored':
+    case 'passed':
+      counts.accepted++;
+      if (answer.replaced) counts.replaced++;
+      return undefined;
+    case 'duplicate':
+      counts.duplicate++;
+      return undefined;
+    case 'shadowed':
+      countReason(counts, 'rejected', SHADOW_REJECTED);
+      return SHADOW_REJECTED;
+    case 'rejected':
+      countReason(counts, 'rejected', answer.reason);
+      return answer.reason;
+    case 'fault':
+      countReason(counts, 'failed', answer.reason);
+      return answer.reason;
+    default:
+      countReason(counts, 'invalid', answer.reason);
+      return answer.reason;
+  }
+}
+
+/** Writes a batch, in order, and answers each of its events. */
+export type BatchWrite = (events: PreparedEvent[]) => Promise<SinkResult[]>;
+
+interface Place {
+  state: 'open' | 'ready' | 'skipped';
+  prepared?: PreparedEvent;
+  resolve?: (result: SinkResult) => void;
+  reject?: (err: unknown) => void;
 }
 
 /**
- * Writes batches in the order they are handed over, two at a time (BulkWriter), and counts their
- * outcomes. Keep at most two write() calls outstanding, and await them in order.
+ * Places are handed out in arrival order; a batch is written once every place before its end is
+ * settled (filled or skipped), when `flush()` asked for it or it reached `maxBatch`. Batches are
+ * handed to `write` in order. A failed write rejects its events' answers.
  */
-export class ImportWriter {
-  private readonly writer: BulkWriter;
+export class OrderedSink implements EventSink {
+  readonly passesOnEphemeral = false;
+  private places: Place[] = [];
+  /** Places before this index are settled and handed on. */
+  private head = 0;
+  /** The sequence number of places[0]. */
+  private base = 0;
+  private batch: Place[] = [];
+  /** Sequence numbers up to which a flush was asked, in order. */
+  private readonly flushes: number[] = [];
 
-  constructor(pool: pg.Pool, bulk: BulkOptions) {
-    this.writer = new BulkWriter(pool, bulk);
+  constructor(
+    private readonly write: BatchWrite,
+    private readonly maxBatch: number,
+  ) {}
+
+  slot(): SinkSlot {
+    const place: Place = { state: 'open' };
+    this.places.push(place);
+    return {
+      store: (prepared) =>
+        new Promise<SinkResult>((resolve, reject) => {
+          place.prepared = prepared;
+          place.resolve = resolve;
+          place.reject = reject;
+          place.state = 'ready';
+          this.advance();
+        }),
+      // Never asked (passesOnEphemeral is false: admission refuses them first).
+      passOn: () => {
+        this.skip(place);
+        return Promise.resolve({ status: 'rejected', reason: 'ephemeral: ephemeral events are not stored' });
+      },
+      skip: () => this.skip(place),
+    };
   }
 
-  /** Resolves once the batch is written, with its outcomes added to `counts`; refusals are reported with their ref. */
-  async write<Ref>(items: ImportItem<Ref>[], counts: ImportCounts, onRejected?: (ref: Ref, reason: string) => void): Promise<void> {
-    const { results, hadVersion } = await this.writer.write(items.map((i) => i.prepared));
-    results.forEach((r, i) => {
-      const p = items[i].prepared;
-      if (r.status === 'stored') {
-        counts.accepted++;
-        const address = addressOf(p);
-        if (address !== undefined) {
-          if (hadVersion.has(address)) counts.replaced++;
-          hadVersion.add(address);
-        }
-      } else if (r.status === 'duplicate') {
-        counts.duplicate++;
-      } else {
-        countReason(counts, 'rejected', r.reason);
-        onRejected?.(items[i].ref, r.reason);
+  /** Everything handed out so far is written as soon as it is settled, however few. */
+  flush(): void {
+    this.flushes.push(this.base + this.places.length);
+    this.advance();
+  }
+
+  private skip(place: Place): void {
+    place.state = 'skipped';
+    this.advance();
+  }
+
+  private advance(): void {
+    const places = this.places;
+    for (;;) {
+      while (this.flushes.length > 0 && this.flushes[0] <= this.base + this.head) {
+        this.flushes.shift();
+        this.writeBatch();
       }
-    });
+      if (this.head === places.length || places[this.head].state === 'open') break;
+      const place = places[this.head++];
+      if (place.state === 'ready') this.batch.push(place);
+      if (this.batch.length >= this.maxBatch) this.writeBatch();
+    }
+    if (this.head > 4096 && this.head * 2 > places.length) {
+      this.places = places.slice(this.head);
+      this.base += this.head;
+      this.head = 0;
+    }
   }
+
+  private writeBatch(): void {
+    const batch = this.batch;
+    if (batch.length === 0) return;
+    this.batch = [];
+    this.write(batch.map((p) => p.prepared!)).then(
+      (results) => batch.forEach((p, i) => p.resolve!(results[i])),
+      (err) => batch.forEach((p) => p.reject!(err)),
+    );
+  }
+}
+
+/** The importers' batch write: the bulk path, in order (BulkWriter overlaps two), with replacements marked. */
+export function bulkWrite(pool: pg.Pool, bulk: BulkOptions): BatchWrite {
+  const writer = new BulkWriter(pool, bulk);
+  return async (events) => {
+    const { results, hadVersion } = await writer.write(events);
+    return results.map((r, i) => {
+      if (r.status !== 'stored') return r;
+      const address = addressOf(events[i]);
+      if (address === undefined) return r;
+      const replaced = hadVersion.has(address);
+      hadVersion.add(address);
+      return { status: 'stored', replaced };
+    });
+  };
 }

@@ -1,36 +1,41 @@
-// import: events as JSONL (strfry's import/export format: one event JSON per line), checked like an
-// EVENT message (shape, policy, id and signature on the verifier's worker threads, then the
-// write-policy plugin when one is configured, many events in flight to it at once) and written in
-// batches by the bulk path (bulk-load.ts: the relay's own rules and locks, rows by COPY). A bad line
-// is counted and reported with its number and never stops the import. Reading, verifying and writing
-// overlap: while two batches are written, the next ones are read and verified.
+// import: events as JSONL (strfry's import/export format: one event JSON per line), each taken
+// through the one admission path (admission/admit.ts) as an EVENT message is: shape, the relay's
+// write rules, id and signature on the verifier's threads, the write-policy plugin when one is
+// configured (many events in flight to it at once), then written in input order, in batches, by the
+// bulk path (bulk-load.ts: the relay's own rules and locks, rows by COPY). A bad line is counted and
+// reported with its number and never stops the import; an event the plugin could not judge (it kept
+// failing) is counted as failed. Reading, checking and writing overlap: while batches are written,
+// the next ones are read and checked. `sync` stores what it downloads through here too.
 import { createInterface } from 'node:readline';
 import type { Readable } from 'node:stream';
 import type pg from 'pg';
-import { computeEventId, ID_MISMATCH, parseEvent, type NostrEvent } from '../nostr/event.js';
-import { isEphemeral } from '../nostr/kinds.js';
+import { Admission, type Answer } from '../admission/admit.js';
+import { importSource, type EventSource } from '../admission/source.js';
 import * as reason from '../nostr/reason.js';
 import type { SignatureVerifier } from '../nostr/verifier.js';
-import { checkWrite, type Policy } from '../policy/policy.js';
-import { importSession } from '../policy/session.js';
-import { prepareEvent } from '../store/prepared-event.js';
+import type { Policy } from '../policy/policy.js';
+import type { WritePlugin } from '../policy/write-plugin.js';
 import { bulkOptions } from './bulk-load.js';
-import { askPlugin, type ImportPlugin, type PluginRefusal } from './import-plugin.js';
-import { countReason, emptyCounts, ImportWriter, type ImportCounts, type ImportItem } from './import-batch.js';
+import { bulkWrite, countAnswer, countReason, emptyCounts, OrderedSink, type ImportCounts } from './import-batch.js';
 import { noProgress, type Progress } from './progress.js';
 
-export const EPHEMERAL_NOT_STORED = 'ephemeral: ephemeral events are not stored';
+export { EPHEMERAL_NOT_STORED } from '../admission/admit.js';
 
 export interface ImportJsonlOptions {
-  /** The relay's write rules, checked with importSession (no connection, nobody authenticated). */
+  /**
+   * importSource(...) for `import`, syncSource(url) for `sync`: what the rules and the plugin are
+   * told. Default: an import, its signatures checked when there is a verifier and trusted otherwise.
+   */
+  source?: EventSource;
+  /** The relay's write rules, checked with the source's session (no connection, nobody authenticated). */
   policy: Policy;
-  /** Checks signatures (ids are always recomputed). Without it, signatures are trusted. */
+  /** Checks signatures; a source whose signatures are trusted needs none (ids are always recomputed). */
   verifier?: SignatureVerifier;
-  /** WRITE_POLICY_PLUGIN: asked about every event that passed the checks (ops/import-plugin.ts). */
-  plugin?: ImportPlugin;
+  /** WRITE_POLICY_PLUGIN, when set. */
+  plugin?: WritePlugin;
   /** Events per write transaction. */
   batchSize?: number;
-  /** Told about every refused line: invalid ones and those the relay rules refuse. */
+  /** Told about every line not stored: invalid ones, those the relay rules refuse, those that failed. */
   onRefused?: (line: number, reason: string) => void;
   /** Input size in bytes, when known: drives the progress bar. */
   totalBytes?: number;
@@ -46,36 +51,8 @@ export interface ImportJsonlResult extends ImportCounts {
   complete: boolean;
 }
 
-interface Candidate {
-  line: number;
-  event: NostrEvent;
-  /** The verifier's verdict: an `invalid:` reason, or undefined. */
-  verdict: Promise<string | undefined> | string | undefined;
-  /** The write-policy plugin's, asked once the verifier's passed. */
-  plugin: Promise<PluginRefusal | undefined> | undefined;
-}
-
-const nowSeconds = () => Math.floor(Date.now() / 1000);
-
-/** Batches read and sent for verification ahead of the ones being written. */
+/** Batches read and checked ahead of the oldest one not yet written. */
 const AHEAD = 3;
-/** Batches being written at once (BulkWriter overlaps two). */
-const WRITES_IN_FLIGHT = 2;
-
-/** Parses and checks one line; returns the event, or the reason it is refused. */
-function checkLine(text: string, policy: Policy): { event: NostrEvent } | { reason: string } {
-  let input: unknown;
-  try {
-    input = JSON.parse(text);
-  } catch {
-    return { reason: reason.invalid('not valid JSON') };
-  }
-  const parsed = parseEvent(input);
-  if (!parsed.ok) return { reason: parsed.reason };
-  const refusal = checkWrite(policy, parsed.value, importSession, nowSeconds());
-  if (refusal) return { reason: refusal };
-  return { event: parsed.value };
-}
 
 export async function importJsonl(pool: pg.Pool, input: Readable, options: ImportJsonlOptions): Promise<ImportJsonlResult> {
   const batchSize = options.batchSize ?? 5000;
@@ -85,46 +62,35 @@ export async function importJsonl(pool: pg.Pool, input: Readable, options: Impor
   let lines = 0;
   let bytesRead = 0;
   let complete = true;
-  const refuse = (line: number, kind: 'invalid' | 'rejected', reason: string) => {
-    countReason(counts, kind, reason);
-    options.onRefused?.(line, reason);
-  };
   if (options.totalBytes) progress.setTotal(options.totalBytes);
-  const writer = new ImportWriter(pool, { ...(await bulkOptions(pool)), relay: options.policy.relay });
+  const sink = new OrderedSink(bulkWrite(pool, { ...(await bulkOptions(pool)), relay: options.policy.relay }), batchSize);
+  const admission = new Admission({ policy: options.policy, verifier: options.verifier, plugin: options.plugin, sink });
+  const source = options.source ?? importSource(options.verifier ? 'verify' : 'trust');
 
-  // Batches go through one chain (await the verdicts, then hand over to the writer, which writes two
-  // at a time in the order handed over), so writes stay in input order; reading runs up to AHEAD
-  // batches in front, so the verifier threads always have work queued.
-  const chain: Array<Promise<void>> = [];
-  let last: Promise<void> = Promise.resolve();
-  const writing: Array<Promise<void>> = [];
-  const writeInOrder = async (batch: Candidate[]) => {
-    const items: ImportItem<number>[] = [];
-    for (const c of batch) {
-      const invalid = await c.verdict;
-      const refusal = c.plugin && (await c.plugin);
-      if (invalid) refuse(c.line, 'invalid', invalid);
-      else if (isEphemeral(c.event.kind)) refuse(c.line, 'rejected', EPHEMERAL_NOT_STORED);
-      else if (refusal) refuse(c.line, refusal.kind, refusal.reason);
-      else items.push({ prepared: prepareEvent(c.event), ref: c.line });
+  // Each batch of lines is one write (the sink is flushed after it); its answers are counted in
+  // order. Reading runs up to AHEAD batches in front of the oldest answer awaited, so the verifier's
+  // threads and the plugin always have work queued.
+  const counting: Array<Promise<void>> = [];
+  const countInOrder = async (batch: Array<{ line: number; answer: Promise<Answer> }>) => {
+    for (const { line, answer } of batch) {
+      const refused = countAnswer(counts, await answer);
+      if (refused !== undefined) options.onRefused?.(line, refused);
     }
-    while (writing.length >= WRITES_IN_FLIGHT) await writing.shift();
-    const written = writer.write(items, counts, (line, reason) => options.onRefused?.(line, reason)).then(() => {
-      progress.update(options.totalBytes ? Math.min(bytesRead, options.totalBytes) : counts.accepted + counts.duplicate + counts.invalid + counts.rejected);
-    });
-    written.catch(() => undefined); // awaited above or at the end
-    writing.push(written);
+    progress.update(options.totalBytes ? Math.min(bytesRead, options.totalBytes) : counts.accepted + counts.duplicate + counts.invalid + counts.rejected + counts.failed);
   };
-  const enqueue = async (batch: Candidate[]) => {
-    last = last.then(() => writeInOrder(batch));
-    last.catch(() => undefined); // surfaced by the await below or at the end
-    chain.push(last);
-    while (chain.length > AHEAD) await chain.shift();
+  let last: Promise<void> = Promise.resolve();
+  const enqueue = async (batch: Array<{ line: number; answer: Promise<Answer> }>) => {
+    sink.flush();
+    last = last.then(() => countInOrder(batch));
+    last.catch(() => undefined); // surfaced by the awaits below
+    counting.push(last);
+    while (counting.length > AHEAD) await counting.shift();
   };
 
   const reader = createInterface({ input, crlfDelay: Infinity });
-  let batch: Candidate[] = [];
+  let batch: Array<{ line: number; answer: Promise<Answer> }> = [];
   let lineNo = 0;
+  const pending: Array<Promise<Answer>> = [];
   try {
     for await (const text of reader) {
       lineNo++;
@@ -135,32 +101,30 @@ export async function importJsonl(pool: pg.Pool, input: Readable, options: Impor
       }
       if (text.trim() === '') continue;
       lines++;
-      const checked = checkLine(text, options.policy);
-      if ('reason' in checked) {
-        refuse(lineNo, 'invalid', checked.reason);
+      let event: unknown;
+      try {
+        event = JSON.parse(text);
+      } catch {
+        const why = reason.invalid('not valid JSON');
+        countReason(counts, 'invalid', why);
+        options.onRefused?.(lineNo, why);
         continue;
       }
-      const event = checked.event;
-      const verdict = options.verifier
-        ? options.verifier.verify(event)
-        : computeEventId(event) === event.id
-          ? undefined
-          : ID_MISMATCH;
-      if (verdict instanceof Promise) verdict.catch(() => undefined); // awaited in writeInOrder
-      // Asked as soon as the signature passes, so the plugin works through the batches read ahead.
-      const plugin = options.plugin && !isEphemeral(event.kind) ? askPlugin(options.plugin, event, verdict) : undefined;
-      plugin?.catch(() => undefined); // awaited in writeInOrder
-      batch.push({ line: lineNo, event, verdict, plugin });
+      const answer = admission.admit(event, source);
+      answer.catch(() => undefined); // awaited in countInOrder
+      pending.push(answer);
+      batch.push({ line: lineNo, answer });
       if (batch.length >= batchSize) {
         await enqueue(batch);
         batch = [];
+        pending.length = 0;
       }
     }
     await enqueue(batch);
-    await last;
-    while (writing.length) await writing.shift();
+    while (counting.length) await counting.shift();
   } finally {
-    await Promise.allSettled(writing);
+    sink.flush();
+    await Promise.allSettled([...pending, ...counting]);
     reader.close();
     progress.stop();
   }

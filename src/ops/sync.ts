@@ -11,6 +11,7 @@
 // negentropy rounds and fetching by id live in relay-client.ts, shared with the router.
 import { PassThrough } from 'node:stream';
 import type pg from 'pg';
+import { syncSource } from '../admission/source.js';
 import { parseFilter, type Filter } from '../nostr/filter.js';
 import type { SignatureVerifier } from '../nostr/verifier.js';
 import type { Policy } from '../policy/policy.js';
@@ -109,6 +110,8 @@ export interface DownloadStats {
   duplicate: number;
   /** Refused by our rules or checks (invalid + rejected in import's terms). */
   rejected: number;
+  /** Not stored because the write policy plugin could not judge them (it kept failing): the sync is incomplete. */
+  failed: number;
   reasons: Record<string, number>;
   /** Ids the remote said it had but never sent (why, when a REQ was CLOSED or timed out). */
   missing: number;
@@ -189,7 +192,7 @@ async function download(ctx: DownloadContext): Promise<DownloadStats> {
   const started = performance.now();
   const bytesBefore = remote.bytesReceived;
   const stats: DownloadStats = {
-    requested: need.length, received: 0, accepted: 0, duplicate: 0, rejected: 0, reasons: {},
+    requested: need.length, received: 0, accepted: 0, duplicate: 0, rejected: 0, failed: 0, reasons: {},
     missing: 0, missingIds: [], missingReasons: {}, unrequested: 0, requests: 0, bytesReceived: 0, seconds: 0,
   };
   progress.setTotal(need.length);
@@ -200,7 +203,8 @@ async function download(ctx: DownloadContext): Promise<DownloadStats> {
   const importing = importJsonl(pool, input, {
     policy: options.policy,
     verifier: options.verifier,
-    plugin: options.plugin && { plugin: options.plugin, source: { type: 'Sync', info: options.url } },
+    source: syncSource(options.url),
+    plugin: options.plugin,
     batchSize: options.importBatchSize ?? 2000,
     onRefused: (line, reason) => options.onRefused?.('download', lineIds[line - 1] ?? '?', reason),
   });
@@ -233,6 +237,7 @@ async function download(ctx: DownloadContext): Promise<DownloadStats> {
   stats.accepted = imported.accepted;
   stats.duplicate = imported.duplicate;
   stats.rejected = imported.invalid + imported.rejected;
+  stats.failed = imported.failed;
   stats.reasons = imported.reasons;
   for (const id of fetched.missing) {
     countInto(stats.missingReasons, fetched.lastFailure.get(id) ?? 'not sent (the REQ ended without it)');
@@ -491,6 +496,8 @@ export async function syncWithRelay(pool: pg.Pool, options: SyncOptions): Promis
         progress: progressFor('download'),
       });
       if (remote.ended) return finish(`download interrupted: ${remote.ended.message}`);
+      if (result.download.failed > 0)
+        return finish(`${result.download.failed} downloaded events were not stored: the write policy plugin could not judge them (run the sync again)`);
       if (options.signal?.aborted) return finish('stopped during the download');
     }
     if (direction !== 'down' && have.length > 0) {

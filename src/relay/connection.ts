@@ -3,6 +3,7 @@ import { randomBytes } from 'node:crypto';
 import type { Duplex } from 'node:stream';
 import type pg from 'pg';
 import type { WebSocket } from 'ws';
+import { clientSource } from '../admission/source.js';
 import { claimedId, parseEvent, type Checked } from '../nostr/event.js';
 import { parseFilter, type Filter } from '../nostr/filter.js';
 import {
@@ -20,7 +21,6 @@ import { countWithHll, type StoredRow } from '../store/read.js';
 import { needsPreparing, prepareSearch } from '../store/search.js';
 import { nowSeconds, type RelayContext } from './context.js';
 import { eventPrefix, textFrame, writeEventFrames } from './frames.js';
-import { ingestEvent } from './ingest.js';
 import { NegentropySessions } from './negentropy.js';
 import type { ConnectionBudget } from './rate-limit.js';
 import type { Subscriber } from './subscriptions.js';
@@ -297,7 +297,7 @@ export class Connection {
     this.pendingEvents++;
     let result;
     try {
-      result = await ingestEvent(this.ctx, this.session, input);
+      result = await this.ctx.admission.admit(input, clientSource(this.session));
     } finally {
       this.pendingEvents--;
     }

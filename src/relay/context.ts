@@ -1,4 +1,5 @@
 import type pg from 'pg';
+import type { Admission } from '../admission/admit.js';
 import type { Config } from '../config.js';
 import type { Logger } from '../log.js';
 import type { SignatureVerifier } from '../nostr/verifier.js';
@@ -28,6 +29,8 @@ export interface RelayContext {
   verifier: SignatureVerifier;
   /** Group commit; shutdown drains it, so every event it took gets its OK. */
   writer: EventWriter;
+  /** Where every EVENT goes (admission/admit.ts): rules, signature, plugin, then the writer or, if ephemeral, the change stream. */
+  admission: Admission;
   /** Per address and per authenticated pubkey budgets (RATE_LIMIT_*, MAX_CONNECTIONS_PER_ADDRESS). */
   limiter: RateLimiter;
   /** What each committed batch stored, and the ephemeral events: fan-out and metrics listen. */
@@ -41,10 +44,7 @@ export interface RelayContext {
   metrics: RelayMetrics;
   /** Webhooks' outbox (store/outbox.ts): the writer's, also used for ephemeral events. */
   outbox: WebhookOutbox;
-  /**
-   * The operator's write-policy plugin (WRITE_POLICY_PLUGIN, policy/write-plugin.ts): one child per
-   * process, asked after the signature check; in-process writers (the router) ask the same one.
-   */
+  /** The operator's write-policy plugin (WRITE_POLICY_PLUGIN): one child per process, asked by admission. */
   writePlugin: WritePlugin | undefined;
   /** NIP-77: records held by this process's negentropy sessions (NEGENTROPY_MAX_TOTAL_RECORDS). */
   negentropy: NegentropyBudget;

@@ -8,27 +8,20 @@ import type { AddressInfo } from 'node:net';
 import type { Duplex } from 'node:stream';
 import type pg from 'pg';
 import { WebSocketServer, type RawData, type WebSocket } from 'ws';
+import { openWriteSide, type WriteSide } from '../admission/write-side.js';
 import type { Config } from '../config.js';
 import type { Logger } from '../log.js';
 import { noticeMessage } from '../nostr/messages.js';
 import * as reason from '../nostr/reason.js';
-import { SignatureVerifier } from '../nostr/verifier.js';
 import { relayIdentity } from '../policy/auth.js';
-import { policyFrom } from '../policy/policy.js';
 import type { ModerationLists } from '../policy/moderation.js';
-import { WritePlugin } from '../policy/write-plugin.js';
-import { ChangeStream } from '../store/changes.js';
 import { createPool } from '../store/database.js';
-import { ChangeFeed } from '../store/feed.js';
 import { hotTierBytes } from '../store/hot/budget.js';
 import { HotTierService } from '../store/hot/service.js';
 import type { SnapshotLoad } from '../store/hot/snapshot-load.js';
-import { WebhookOutbox } from '../store/outbox.js';
 import { ReadRouter } from '../store/replicas.js';
 import { deleteExpiredEvents } from '../store/expiry.js';
-import { ModerationWatch } from '../store/moderation.js';
 import { startRetention } from '../store/retention.js';
-import { EventWriter, writerLimits } from '../store/writer.js';
 import { addressList, clientAddress, trustedProxies, type AddressList } from './client-address.js';
 import { Connection } from './connection.js';
 import { nowSeconds, type RelayContext } from './context.js';
@@ -110,41 +103,35 @@ export async function startRelay(config: Config, db: PrimaryDatabase, log: Logge
   // First, before anything starts that would need stopping: unusable TLS files end the start here.
   const router = new HttpRouter(log);
   const listening = await createListeningServer(config, router.handle);
-  // The operator's lists, watched so that a change made by any process applies here within a second.
-  const moderation = await new ModerationWatch(pool, log).start();
-  const policy = policyFrom(config, moderation);
-  const { limits } = policy;
   const connections = new Map<WebSocket, Connection>();
   const subscriptions = new SubscriptionIndex();
-  const verifier = new SignatureVerifier(config.VERIFY_THREADS);
-  const changes = new ChangeStream((err) => log.error({ err: (err as Error).message, stack: (err as Error).stack }, 'change listener failed'));
   const negentropy = new NegentropyBudget(config.NEGENTROPY_MAX_TOTAL_RECORDS);
   let webhookQueue: QueueSample = { queued: 0, dead: 0, oldestSeconds: 0 };
-  const outbox = new WebhookOutbox();
-  // The operator's write-policy plugin: one child for this process, asked by every EVENT that passed
-  // our checks (ingest.ts) and by in-process writers through the context.
-  const writePlugin = config.WRITE_POLICY_PLUGIN
-    ? new WritePlugin(config.WRITE_POLICY_PLUGIN, {
-        timeoutMs: config.WRITE_POLICY_TIMEOUT_MS,
-        log,
-        onDecision: (action, seconds) => metrics.pluginDecision(action, seconds),
-        onRestart: (why) => metrics.pluginRestart(why),
-      })
-    : undefined;
+  // The write side (admission/write-side.ts) reports to the metrics, which read it back when scraped.
+  let side: WriteSide | undefined;
+  const pluginState = config.WRITE_POLICY_PLUGIN ? () => side!.plugin!.state() : undefined;
   const metrics = new RelayMetrics({
     connections: () => connections.size,
     subscriptions: () => subscriptions.size,
-    writerQueue: () => writer.queued,
-    verifyQueue: () => verifier.queued,
+    writerQueue: () => side?.writer.queued ?? 0,
+    verifyQueue: () => side?.verifier.queued ?? 0,
     negentropyRecords: () => negentropy.records,
     webhookQueue: () => webhookQueue,
     pool: () => ({ total: pool.totalCount, idle: pool.idleCount, waiting: pool.waitingCount }),
     hotTier: () => tier?.current,
-    writePlugin: writePlugin && (() => writePlugin.state()),
+    writePlugin: pluginState,
   });
-  // What other processes, hosts and imports commit reaches this change stream too (store/feed.ts).
   const tierBytes = hotTierBytes(config.HOT_TIER_MB);
-  const feed = await new ChangeFeed(db.url, pool, changes, log, { removals: tierBytes > 0, onRead: (result) => metrics.feedRead(result), spacingMs: config.FEED_READ_SPACING_MS }).start();
+  // Every event arrives through side.admission; what any process, host or import commits reaches
+  // side.changes (the feed); the operator's lists are watched so a change applies within a second.
+  side = await openWriteSide(config, db, log, {
+    feed: { removals: tierBytes > 0, onRead: (result) => metrics.feedRead(result), spacingMs: config.FEED_READ_SPACING_MS },
+    onBatch: (batch) => metrics.batch(batch),
+    plugin: { onDecision: (action, seconds) => metrics.pluginDecision(action, seconds), onRestart: (why) => metrics.pluginRestart(why) },
+    closing: () => ctx.closing,
+  });
+  const { moderation, policy, changes, feed, outbox, writer, verifier, plugin: writePlugin } = side;
+  const { limits } = policy;
   // The newest events in memory, kept current from the change stream (store/hot/service.ts).
   const tier = tierBytes > 0 ? new HotTierService(pool, changes, feed, log, tierBytes, undefined, undefined, config.HOT_TIER_SNAPSHOT ? config.DATA_DIR : undefined).start(options.snapshot) : undefined;
   const reads = await new ReadRouter(
@@ -154,14 +141,6 @@ export async function startRelay(config: Config, db: PrimaryDatabase, log: Logge
     { maxLagMs: config.READ_REPLICA_MAX_LAG_MS, waitMs: config.READ_REPLICA_WAIT_MS },
     log,
   ).start();
-  const writer = new EventWriter(pool, log, {
-    ...writerLimits(config),
-    changes,
-    own: feed,
-    relay: policy.relay,
-    outbox,
-    onBatch: (batch) => metrics.batch(batch),
-  });
   const ctx: RelayContext = {
     config,
     policy,
@@ -171,6 +150,7 @@ export async function startRelay(config: Config, db: PrimaryDatabase, log: Logge
     subscriptions,
     verifier,
     writer,
+    admission: side.admission,
     limiter: new RateLimiter(rateLimitsFrom(config)),
     changes,
     feed,
@@ -206,7 +186,7 @@ export async function startRelay(config: Config, db: PrimaryDatabase, log: Logge
         relayUrl: config.RELAY_URL,
         connections: () => connections.size,
         subscriptions: () => subscriptions.size,
-        writePlugin: writePlugin && (() => writePlugin.state()),
+        writePlugin: pluginState,
       }).start()
     : undefined;
   router.add(

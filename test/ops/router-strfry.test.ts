@@ -13,13 +13,13 @@ import path from 'node:path';
 import { createInterface } from 'node:readline';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { NostrEvent } from '../../src/nostr/event.js';
-import type { RouterHost } from '../../src/ops/router/host.js';
 import { readPosition } from '../../src/ops/router/positions.js';
 import { Router } from '../../src/ops/router/router.js';
 import { packageRoot } from '../../src/paths.js';
 import { runCli } from '../support/cli.js';
 import { TestClient } from '../support/client.js';
 import { newSigner, now } from '../support/keys.js';
+import { routerHostOf } from '../support/router-host.js';
 import { startTestRelay, type TestRelay } from '../support/relay.js';
 import { until } from '../support/wait.js';
 
@@ -110,13 +110,6 @@ class Strfry {
   }
 }
 
-function hostOf(relay: TestRelay): RouterHost {
-  const ctx = relay.relay.context;
-  return {
-    pool: ctx.pool, log: ctx.log, policy: ctx.policy, verifier: ctx.verifier, writePlugin: ctx.writePlugin, pluginTimeoutMs: 5000,
-    writer: ctx.writer, changes: ctx.changes, feed: ctx.feed, outbox: ctx.outbox, registry: ctx.metrics.registry,
-  };
-}
 
 const has = async (relay: TestRelay, id: string) => (await relay.db.pool.query('SELECT 1 FROM events WHERE id = decode($1, $2)', [id, 'hex'])).rowCount === 1;
 const allIn = async (relay: TestRelay, events: NostrEvent[]) => (await Promise.all(events.map((e) => has(relay, e.id)))).every(Boolean);
@@ -157,7 +150,7 @@ describe.skipIf(!STRFRY)(`with a real strfry (${STRFRY ?? 'none found: set STRFR
       u { dir = "up" filter = { "authors": ["${b.pubkey}"] } urls = [ "${strfry.url}" ] }
       both { dir = "both" filter = { "authors": ["${c.pubkey}"] } urls = [ "${strfry.url}" ] }
     }`);
-    const router = new Router(hostOf(local), FAST);
+    const router = new Router(routerHostOf(local), FAST);
     await router.runFile(file);
     try {
       await until(async () => (await local.relay.context.metrics.registry.getSingleMetricAsString('pgrelay_router_connected')).match(/ 1$/gm)?.length === 3, 'three connections', WAIT_MS);
@@ -184,7 +177,7 @@ describe.skipIf(!STRFRY)(`with a real strfry (${STRFRY ?? 'none found: set STRFR
   it('catches up both ways after strfry is killed: what was committed here meanwhile, and what was imported into strfry', async () => {
     const author = newSigner();
     const file = await routerFile(`streams { mesh { dir = "both" filter = { "authors": ["${author.pubkey}"] } urls = [ "${strfry.url}" ] } }`);
-    const router = new Router(hostOf(local), FAST);
+    const router = new Router(routerHostOf(local), FAST);
     await router.runFile(file);
     try {
       const first = author.sign({ content: 'live' });

@@ -9,33 +9,16 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { NostrEvent } from '../../src/nostr/event.js';
-import type { RouterHost } from '../../src/ops/router/host.js';
 import { readPosition } from '../../src/ops/router/positions.js';
 import { Router } from '../../src/ops/router/router.js';
 import { TestClient } from '../support/client.js';
 import { newSigner, now } from '../support/keys.js';
+import { routerHostOf } from '../support/router-host.js';
 import { startTestRelay, type TestRelay } from '../support/relay.js';
 import { until } from '../support/wait.js';
 
 const FAST = { reconnectMs: [30, 80] as [number, number], checkpointMs: 100, reloadMs: 50, keepAliveMs: 5000 };
 
-/** The router's host as src/main.ts builds it from a relay's context. */
-function hostOf(relay: TestRelay): RouterHost {
-  const ctx = relay.relay.context;
-  return {
-    pool: ctx.pool,
-    log: ctx.log,
-    policy: ctx.policy,
-    verifier: ctx.verifier,
-    writePlugin: ctx.writePlugin,
-    pluginTimeoutMs: 5000,
-    writer: ctx.writer,
-    changes: ctx.changes,
-    feed: ctx.feed,
-    outbox: ctx.outbox,
-    registry: ctx.metrics.registry,
-  };
-}
 
 let local: TestRelay;
 let r1: TestRelay;
@@ -84,7 +67,7 @@ async function configFile(text: string): Promise<string> {
 
 async function runRouter(text: string): Promise<{ router: Router; file: string }> {
   const file = await configFile(text);
-  const router = new Router(hostOf(local), FAST);
+  const router = new Router(routerHostOf(local), FAST);
   await router.runFile(file);
   return { router, file };
 }
@@ -234,7 +217,7 @@ describe('router in the relay process', () => {
     await publish(r2, missedThere);
     await publish(local, [missedHere, oldHere]);
 
-    const second = new Router(hostOf(local), FAST);
+    const second = new Router(routerHostOf(local), FAST);
     await second.runFile(first.file);
     try {
       await until(() => allIn(local, missedThere), 'down: caught up');
@@ -254,7 +237,7 @@ describe('router in the relay process', () => {
     await first.router.stop();
     const missed = Array.from({ length: 5 }, (_, i) => author.sign({ content: `missed ${i}`, created_at: now() - i }));
     await publish(noNeg, missed);
-    const second = new Router(hostOf(local), FAST);
+    const second = new Router(routerHostOf(local), FAST);
     await second.runFile(first.file);
     try {
       await until(() => allIn(local, missed), 'caught up by REQ since');

@@ -22,10 +22,12 @@ recomputed; a row that does not hash to its event_id is counted invalid. Safe wh
   - expired rows (expires_at or an expiration tag in the past) are skipped;
   - signatures are not re-checked unless --verify (nostream verified them on arrival);
   - with WRITE_POLICY_PLUGIN set, every event that passed the checks goes through the plugin too
-    (sourceType Import).
+    (sourceType Import); an event it could not judge (it kept failing) is counted as failed, and
+    the command exits with code 1.
 
 The position is saved after every batch (table ops_checkpoints, one per source): after Ctrl-C or a
-crash the same command resumes where it stopped, and the final counts cover the whole import.
+crash the same command resumes where it stopped, and the final counts cover the whole import. After
+a failed event the position stays before its batch, so running the command again retries it.
 
 --empty-target is for moving to a new relay before it opens: the store must be EMPTY and the relay
 MUST NOT be running (the tables are locked exclusively while the events are loaded). The same rows,
@@ -74,7 +76,7 @@ examples:
       const result = await importNostream(source, db.pool, nostreamCheckpointName(values.from), {
         policy: await importPolicy(config, db),
         verifier,
-        plugin: plugin && { plugin, source: { type: 'Import', info: '' } },
+        plugin,
         batchSize,
         emptyTarget: values['empty-target'],
         maxBatches,
@@ -97,6 +99,10 @@ examples:
       console.log(`soft-deleted (not imported): ${formatCount(result.softDeleted)}${result.removed ? `, ${formatCount(result.removed)} removed from this store` : ''}`);
       console.log(`expired (not imported):      ${formatCount(result.expired)}`);
       for (const line of formatImportSummary(result)) console.log(line);
+      if (result.failed > 0) {
+        console.log(`not complete: ${formatCount(result.failed)} events were not imported (the write policy plugin could not judge them); run again to retry them`);
+        return 1;
+      }
       if (result.complete) console.log('complete');
       else console.log(load && !load.complete ? 'stopped early: run again to start over' : 'stopped early: run again to resume');
       return 0;

@@ -1,6 +1,7 @@
 import { createReadStream } from 'node:fs';
 import { stat } from 'node:fs/promises';
 import type { Readable } from 'node:stream';
+import { importSource } from '../../admission/source.js';
 import { MAX_CHUNK_EVENTS } from '../../ops/bulk-load.js';
 import { importJsonl, type ImportJsonlResult } from '../../ops/import-jsonl.js';
 import { importWritePlugin } from '../../ops/import-plugin.js';
@@ -15,7 +16,8 @@ export function formatImportSummary(r: Omit<ImportJsonlResult, 'lines' | 'comple
     `duplicate:  ${formatCount(r.duplicate)}`,
     `invalid:    ${formatCount(r.invalid)}`,
     `rejected:   ${formatCount(r.rejected)}`,
-    ...(r.invalid + r.rejected ? ['reasons:', ...formatReasons(r.reasons)] : []),
+    ...(r.failed ? [`failed:     ${formatCount(r.failed)} (the write policy plugin could not judge them: not imported; run the import again for them)`] : []),
+    ...(r.invalid + r.rejected + r.failed ? ['reasons:', ...formatReasons(r.reasons)] : []),
   ];
 }
 
@@ -32,7 +34,9 @@ event, end as published in that order. Safe while the relay runs. With WRITE_POL
 every event that passed the checks goes through the plugin too (sourceType Import).
 
 A bad line never stops the import: each refused line is reported on stderr with its number and
-reason, and counted. Importing the same file again is harmless (everything is a duplicate).
+reason, and counted. Importing the same file again is harmless (everything is a duplicate). An event
+the write policy plugin could not judge (it kept failing or timing out, after a few tries) is
+reported and counted as failed, and the command then exits with code 1: import the file again.
 
 options:
   --no-verify        skip the signature check (for a trusted dump; ids are still recomputed)
@@ -77,7 +81,8 @@ examples:
       const result = await importJsonl(db.pool, input, {
         policy: await importPolicy(config, db),
         verifier,
-        plugin: plugin && { plugin, source: { type: 'Import', info: '' } },
+        source: importSource(verifier ? 'verify' : 'trust'),
+        plugin,
         batchSize,
         totalBytes,
         onRefused: (line, reason) => reports.print(line, reason),
@@ -88,7 +93,7 @@ examples:
       console.log(`lines:      ${formatRate(result.lines, result.seconds, 'lines')}${verifier ? '' : ' (signatures not verified)'}`);
       for (const line of formatImportSummary(result)) console.log(line);
       if (!result.complete) console.log('stopped early: the lines after the last batch were not imported');
-      return 0;
+      return result.failed > 0 ? 1 : 0;
     } finally {
       stop.dispose();
       await verifier?.close();

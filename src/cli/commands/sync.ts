@@ -31,7 +31,8 @@ export function formatSyncSummary(r: SyncResult, direction: SyncDirection, dryRu
       `  stored:     ${formatCount(d.accepted)}`,
       `  duplicate:  ${formatCount(d.duplicate)}`,
       `  rejected:   ${formatCount(d.rejected)}`,
-      ...(d.rejected ? formatReasons(d.reasons, '    ').slice(0, 5) : []),
+      ...(d.failed ? [`  failed:     ${formatCount(d.failed)} (the write policy plugin could not judge them)`] : []),
+      ...(d.rejected + d.failed ? formatReasons(d.reasons, '    ').slice(0, 5) : []),
     );
     if (d.missing) {
       lines.push(`  never sent: ${formatCount(d.missing)} (the remote listed them but did not send them)`, ...formatReasons(d.missingReasons, '    ').slice(0, 5));
@@ -90,8 +91,9 @@ more events than it reconciles at once (NEG-ERR blocked:): narrow --filter, e.g.
 with auth-required:, which is reported. Events the remote serves only to authenticated readers
 (e.g. DMs, gift wraps) are invisible to it here, so they look missing on the remote.
 
-The command fails (exit code 1) when the remote refuses or stops answering, or the connection is
-lost; events refused one by one (by our rules or the remote's) are counted, not failures.
+The command fails (exit code 1) when the remote refuses or stops answering, the connection is lost,
+or the write policy plugin could not judge downloaded events (it kept failing); events refused one by
+one (by our rules or the remote's) are counted, not failures.
 
 options:
   --filter JSON        one NIP-01 filter, e.g. '{"kinds":[0,3]}' or '{"since":1735689600,"until":1738368000}'

@@ -9,9 +9,12 @@
 //   earlier run, or a client republishing it) it is removed: deleted stays deleted. The kind 5 that
 //   deleted it, when nostream has it, is imported like any event and blocks it from then on.
 // - Expired rows (expires_at, or an expiration tag, not after now) are skipped.
-// - The id is recomputed from the columns (jsonb keeps array order and decodes escapes, so tags come
-//   back exactly); a row whose columns do not hash to its event_id is counted invalid. Signatures were
-//   verified by nostream when the events arrived, so they are checked only with `verifier`.
+// - Every other row goes through the one admission path (admission/admit.ts) as sourceType Import:
+//   the relay's rules, the id recomputed from the columns (jsonb keeps array order and decodes
+//   escapes, so tags come back exactly; a row whose columns do not hash to its event_id is counted
+//   invalid), the signature only with `verifier` (nostream verified them when the events arrived),
+//   WRITE_POLICY_PLUGIN. An event the plugin could not judge (it kept failing) is counted as failed,
+//   and the checkpoint stays before its batch, so the next run reads it again.
 //
 // With `emptyTarget` (moving to a new relay before it opens), the same rows, checked the same way,
 // go in two phases (nostream-phases.ts decides which row goes where):
@@ -32,10 +35,11 @@ import type { SignatureVerifier } from '../../nostr/verifier.js';
 import type { Policy } from '../../policy/policy.js';
 import { clearCheckpoint, readCheckpoint, saveCheckpoint } from '../checkpoint.js';
 import { bulkOptions } from '../bulk-load.js';
-import type { ImportPlugin } from '../import-plugin.js';
+import { Admission } from '../../admission/admit.js';
+import type { WritePlugin } from '../../policy/write-plugin.js';
 import { EmptyTargetLoad } from './empty-target-load.js';
-import { ImportWriter, type ImportItem } from '../import-batch.js';
-import { addCounts, checkRows, emptyNostreamCounts, type NostreamCounts } from './nostream-check.js';
+import { bulkWrite, OrderedSink } from '../import-batch.js';
+import { addCounts, admitRows, emptyNostreamCounts, type NostreamCounts } from './nostream-check.js';
 import { bulkBatch, OrderedRows, type BulkBatch } from './nostream-phases.js';
 import { keysetBatches, nostreamTable, streamedBatches, type NostreamTable, type SourceBatch, type SourceRow } from './nostream-source.js';
 import { estimatedEvents, noProgress, type Progress } from '../progress.js';
@@ -47,7 +51,7 @@ export interface ImportNostreamOptions {
   /** Checks signatures too (nostream verified them on arrival; ids are always recomputed). */
   verifier?: SignatureVerifier;
   /** WRITE_POLICY_PLUGIN: asked about every event that passed the checks, as sourceType Import. */
-  plugin?: ImportPlugin;
+  plugin?: WritePlugin;
   /** Rows per source read and per write transaction. */
   batchSize?: number;
   /**
@@ -87,12 +91,6 @@ export interface EmptyTargetLoadReport {
   seconds: number;
   /** Of those, building the indexes and committing. */
   indexSeconds: number;
-}
-
-interface CheckedBatch {
-  items: ImportItem<string>[];
-  softDeleted: Buffer[];
-  tally: NostreamCounts;
 }
 
 /** Batches being written at once (BulkWriter overlaps two). */
@@ -144,7 +142,8 @@ export async function importNostream(
     }
     const position = Buffer.from(checkpoint?.position ?? '', 'hex');
     const complete = await writeInOrder(source, target, table, ordered, name, position, counts, options, progress);
-    if (complete) await clearCheckpoint(target, name);
+    // Events that failed are read again by the next run, from the checkpoint before them.
+    if (complete && counts.failed === (checkpoint?.counts.failed ?? 0)) await clearCheckpoint(target, name);
     return result(complete, report);
   } finally {
     progress.stop();
@@ -170,34 +169,37 @@ async function writeInOrder(
   progress: Progress,
 ): Promise<boolean> {
   const batchSize = options.batchSize ?? 5000;
-  const writer = new ImportWriter(target, { ...(await bulkOptions(target)), relay: options.policy.relay });
+  const sink = new OrderedSink(bulkWrite(target, { ...(await bulkOptions(target)), relay: options.policy.relay }), batchSize);
+  const admission = new Admission({ policy: options.policy, verifier: options.verifier, plugin: options.plugin, sink });
   // Phase 2's rows are few among many: one query finds and sorts them (see streamedBatches).
   const read = ordered ? streamedBatches(source, table, position, batchSize, OrderedRows.sql) : keysetBatches(source, table, position, batchSize);
 
-  // Writes one batch; its counts go into its own tally, merged into the totals when the batch is
-  // done, in order, so a checkpoint never counts a batch it does not cover.
-  const write = async (batch: CheckedBatch) => {
-    // The writer is handed the batch before anything is awaited: its place in the write order is
-    // taken now, so batches are written in event_id order whatever the removal below costs.
-    const written = writer.write(batch.items, batch.tally, (id, reason) => options.onRefused?.(id, reason));
-    const removal = batch.softDeleted.length
-      ? target.query('DELETE FROM events WHERE id = ANY($1::bytea[])', [batch.softDeleted]).then((r) => {
-          batch.tally.removed += r.rowCount ?? 0;
+  // Each source batch is admitted (its places taken in event_id order, then written as one batch);
+  // its counts go into its own tally, merged into the totals when the batch is done, in order, so a
+  // checkpoint never counts a batch it does not cover.
+  const write = async (rows: SourceBatch, tally: NostreamCounts) => {
+    const { softDeleted, settled } = await admitRows(rows, select, tally, admission, sink, options.verifier !== undefined, options.onRefused);
+    const removal = softDeleted.length
+      ? target.query('DELETE FROM events WHERE id = ANY($1::bytea[])', [softDeleted]).then((r) => {
+          tally.removed += r.rowCount ?? 0;
         })
       : undefined;
-    await Promise.all([written, removal]);
+    await Promise.all([settled, removal]);
   };
 
   let batches = 0;
   const stopRequested = () => options.signal?.aborted || (options.maxBatches !== undefined && batches >= options.maxBatches);
   const select = ordered && ((row: SourceRow) => ordered.has(row));
-  const writing: Array<{ done: Promise<void>; batch: CheckedBatch; last: Buffer }> = [];
+  const writing: Array<{ done: Promise<void>; tally: NostreamCounts; last: Buffer }> = [];
+  // Once a batch has an event that failed, the checkpoint stays before it: the next run reads it again.
+  let held = false;
   const finishOldest = async () => {
-    const { done, batch, last } = writing[0];
+    const { done, tally, last } = writing[0];
     await done;
     writing.shift();
-    addCounts(counts, batch.tally);
-    await saveCheckpoint(target, checkpointName, last.toString('hex'), counts);
+    addCounts(counts, tally);
+    if (tally.failed > 0) held = true;
+    if (!held) await saveCheckpoint(target, checkpointName, last.toString('hex'), counts);
     progress.update(counts.read);
   };
   let complete = false;
@@ -205,12 +207,11 @@ async function writeInOrder(
     if (!stopRequested()) {
       complete = true;
       for await (const rows of read) {
-        const checked: CheckedBatch = { items: [], softDeleted: [], tally: emptyNostreamCounts() };
-        checked.softDeleted = await checkRows(rows, select, checked.tally, (item) => checked.items.push(item), options);
         while (writing.length >= WRITES_IN_FLIGHT) await finishOldest();
-        const done = write(checked);
+        const tally = emptyNostreamCounts();
+        const done = write(rows, tally);
         done.catch(() => undefined); // awaited by finishOldest
-        writing.push({ done, batch: checked, last: rows.lastId() });
+        writing.push({ done, tally, last: rows.lastId() });
         batches++;
         if (stopRequested()) {
           complete = false;
@@ -252,7 +253,9 @@ async function loadInBulk(
     indexSeconds,
   });
   const load = await EmptyTargetLoad.begin(target, await bulkOptions(target));
-  const prepare = (rows: SourceBatch, lastLoaded: string) => bulkBatch(rows, ordered, options, lastLoaded);
+  // bulkBatch gives each batch a sink of its own (admission.withSink).
+  const admission = new Admission({ policy: options.policy, verifier: options.verifier, plugin: options.plugin, sink: new OrderedSink(async () => [], 1) });
+  const prepare = (rows: SourceBatch, lastLoaded: string) => bulkBatch(rows, ordered, admission, options.verifier !== undefined, lastLoaded);
 
   const batches = keysetBatches(source, table, Buffer.alloc(0), options.batchSize ?? 5000);
   let preparing: Promise<BulkBatch> | undefined;
@@ -269,6 +272,13 @@ async function loadInBulk(
       for (const [id, reason] of batch.refused) options.onRefused?.(id, reason);
       addCounts(phase, batch.tally);
       progress.update(counts.read + phase.read);
+      // All or nothing: an event the plugin could not judge would be lost once phase 2 starts after it.
+      if (batch.tally.failed > 0) {
+        await writing;
+        await load.abort();
+        options.log?.warn({ failed: batch.tally.failed }, 'import-nostream: the write policy plugin could not judge some events; the empty-target load was rolled back and the store is empty');
+        return report(false);
+      }
       writing = load.write(batch.rows);
       writing.catch(() => undefined); // awaited by the next turn
       if (options.signal?.aborted) {

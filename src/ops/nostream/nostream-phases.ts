@@ -6,8 +6,10 @@ import type pg from 'pg';
 import { isAddressable, isReplaceable, KIND_DELETION, KIND_GIFT_WRAP, KIND_VANISH } from '../../nostr/kinds.js';
 import { dTagOf } from '../../nostr/tags.js';
 import { addressKey } from '../../store/plan-batch.js';
+import type { Admission } from '../../admission/admit.js';
 import { EventRows, type EncodedRows } from '../bulk-load.js';
-import { checkRows, emptyNostreamCounts, type CheckOptions, type NostreamCounts } from './nostream-check.js';
+import { OrderedSink } from '../import-batch.js';
+import { admitRows, emptyNostreamCounts, type NostreamCounts } from './nostream-check.js';
 import type { SourceBatch, SourceRow } from './nostream-source.js';
 
 const isVersioned = (kind: number) => isReplaceable(kind) || isAddressable(kind);
@@ -107,25 +109,24 @@ export interface BulkBatch {
 }
 
 /**
- * Phase 1's work for one batch: the rows `ordered` does not have, checked by checkRows, and the COPY
- * data of the events they give. `lastLoaded` is the previous batch's: a repeated event_id (nostream's
- * column is UNIQUE; this is for a source that is not) would fail the primary key, and rows come in
- * event_id order, so a repeat follows the row it repeats.
+ * Phase 1's work for one batch: the rows `ordered` does not have, admitted as phase 2's are, and the
+ * COPY data of the events they give (in row order: the sink's places are). `lastLoaded` is the
+ * previous batch's: a repeated event_id (nostream's column is UNIQUE; this is for a source that is
+ * not) would fail the primary key, and rows come in event_id order, so a repeat follows the row it
+ * repeats.
  */
-export async function bulkBatch(rows: SourceBatch, ordered: OrderedRows, options: CheckOptions, lastLoaded: string): Promise<BulkBatch> {
+export async function bulkBatch(rows: SourceBatch, ordered: OrderedRows, admission: Admission, verify: boolean, lastLoaded: string): Promise<BulkBatch> {
   const tally = emptyNostreamCounts();
   const refused: Array<[string, string]> = [];
   const copy = new EventRows(rows.length);
-  const check = { ...options, onRefused: (id: string, reason: string) => refused.push([id, reason]) };
-  await checkRows(rows, (row) => !ordered.has(row), tally, ({ prepared, ref }) => {
-    if (ref === lastLoaded) {
-      tally.duplicate++;
-      return;
-    }
-    lastLoaded = ref;
-    copy.add(prepared);
-    tally.accepted++;
-  }, check);
+  const sink = new OrderedSink(async (events) =>
+    events.map((prepared) => {
+      if (prepared.event.id === lastLoaded) return { status: 'duplicate' as const };
+      lastLoaded = prepared.event.id;
+      copy.add(prepared);
+      return { status: 'stored' as const };
+    }), Infinity);
+  const { settled } = await admitRows(rows, (row) => !ordered.has(row), tally, admission.withSink(sink), sink, verify, (id, reason) => refused.push([id, reason]));
+  await settled;
   return { rows: copy.finish(), tally, refused, lastLoaded };
 }
-

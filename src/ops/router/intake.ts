@@ -1,24 +1,20 @@
-// Events coming down from remotes, on their way into our store, in the order the brief of a write
-// path gives them: the stream's filter, pluginDown, the relay's write rules (as for an import: no
-// connection, nobody authenticated), id and signature, WRITE_POLICY_PLUGIN (sourceType Stream, the
-// remote's URL), then the writer (deduplicated, fanned out, webhooks, other processes). An ephemeral
-// event is passed on as the relay passes one on, never stored.
+// Events coming down from remotes, on their way into our store: the stream's filter, then the one
+// admission path every event takes (admission/admit.ts), as a source of its own: the relay's write
+// rules (as for an import: no connection, nobody authenticated), id and signature, the stream's
+// pluginDown, WRITE_POLICY_PLUGIN (sourceType Stream, the remote's URL), then the writer
+// (deduplicated, fanned out, webhooks, other processes). An ephemeral event is passed on as the relay
+// passes one on, never stored.
 //
 // Every event ends settled (stored, duplicate, refused by a rule or a plugin, invalid) or throws
 // IntakeError when something that is not the event's fault (the database, a full writer, a plugin
 // that keeps failing) kept it out: the link then drops its connection, and the next connection's
 // catch-up fetches the event again. A position never moves past an event that was not settled.
+import type { Admission, Outcome } from '../../admission/admit.js';
+import { streamSource } from '../../admission/source.js';
 import { parseEvent, type NostrEvent } from '../../nostr/event.js';
 import { compileFilter, toMatchable, type Matcher } from '../../nostr/filter.js';
-import { isEphemeral } from '../../nostr/kinds.js';
-import { checkWrite } from '../../policy/policy.js';
-import { importSession } from '../../policy/session.js';
-import type { PluginSource, PluginVerdict, WritePlugin } from '../../policy/write-plugin.js';
-import { prepareEvent } from '../../store/prepared-event.js';
-import { WriterBusyError } from '../../store/writer.js';
-import type { RouterHost } from './host.js';
+import type { WritePlugin } from '../../policy/write-plugin.js';
 import type { DownOutcome } from './metrics.js';
-import { nowSeconds } from './positions.js';
 
 export class IntakeError extends Error {}
 
@@ -52,12 +48,16 @@ export class RecentIds<V = true> {
   }
 }
 
-/** Plugin verdicts that are a fault (the plugin down, timed out, or busy), not a decision about the event. */
-const isFault = (v: PluginVerdict) => v.action === 'reject' && (v.msg.startsWith('error:') || v.msg.startsWith('rate-limited:'));
-const FAULT_RETRIES = 5;
-const WRITER_BUSY_RETRIES = 40;
-
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+/** The router's count of each admission outcome: an ephemeral event passed on counts as stored, a shadowReject as rejected. */
+const DOWN_OUTCOME: Record<Exclude<Outcome, 'fault'>, DownOutcome> = {
+  stored: 'stored',
+  passed: 'stored',
+  duplicate: 'duplicate',
+  shadowed: 'rejected',
+  invalid: 'invalid',
+  refused: 'rejected',
+  rejected: 'rejected',
+};
 
 export class Intake {
   /** Which remotes each recent event came from: `up` never sends an event back where it came from. */
@@ -65,7 +65,7 @@ export class Intake {
   /** Ids recently stored, or found already stored: a second copy (another remote, a catch-up) skips the plugins. */
   private readonly have = new RecentIds(50_000);
 
-  constructor(private readonly host: RouterHost) {}
+  constructor(private readonly admission: Admission) {}
 
   /** Compiles a stream's filter for matching here. */
   static gate(filter: Parameters<typeof compileFilter>[0], pluginDown: WritePlugin | undefined): StreamGate {
@@ -92,53 +92,9 @@ export class Intake {
     if (this.have.has(event.id)) return { outcome: 'duplicate', event };
     if (!gate.matches(toMatchable(event))) return { outcome: 'rejected', reason: "blocked: not matched by the stream's filter", event };
 
-    const source: PluginSource = { type: 'Stream', info: url };
-    if (gate.pluginDown) {
-      const verdict = await pluginVerdict(gate.pluginDown, event, source);
-      if (verdict.action !== 'accept') return { outcome: 'rejected', reason: `pluginDown: ${verdict.action}${verdict.msg ? ` ${verdict.msg}` : ''}`, event };
-    }
-    const refusal = checkWrite(this.host.policy, event, importSession, nowSeconds());
-    if (refusal) return { outcome: 'rejected', reason: refusal, event };
-    const invalid = await this.host.verifier.verify(event);
-    if (invalid) return { outcome: 'invalid', reason: invalid, event };
-    if (this.host.writePlugin) {
-      const verdict = await pluginVerdict(this.host.writePlugin, event, source);
-      if (verdict.action !== 'accept') return { outcome: 'rejected', reason: `write policy plugin: ${verdict.action}${verdict.msg ? ` ${verdict.msg}` : ''}`, event };
-    }
-
-    const prepared = prepareEvent(event);
-    if (isEphemeral(event.kind)) {
-      const { outbox, pool, changes } = this.host;
-      await outbox.enqueueEphemeral(pool, prepared).catch((err) => {
-        throw new IntakeError(`could not queue webhooks for an ephemeral event: ${(err as Error).message}`);
-      });
-      changes.publish({ type: 'ephemeral', event: prepared, source: 'local' });
-      return { outcome: 'stored', event };
-    }
-    for (let attempt = 0; ; attempt++) {
-      try {
-        const result = await this.host.writer.submit(prepared);
-        if (result.status === 'rejected') return { outcome: 'rejected', reason: result.reason, event };
-        this.have.set(event.id, true);
-        return { outcome: result.status, event };
-      } catch (err) {
-        // A full queue is the relay being busy: wait and offer it again.
-        if (err instanceof WriterBusyError && attempt < WRITER_BUSY_RETRIES) {
-          await sleep(Math.min(1000, 25 << Math.min(attempt, 6)));
-          continue;
-        }
-        throw new IntakeError(`could not store an event: ${(err as Error).message}`);
-      }
-    }
-  }
-}
-
-/** A plugin's verdict; a fault (the plugin restarting, busy) is asked again a few times, then is an IntakeError. */
-export async function pluginVerdict(plugin: WritePlugin, event: NostrEvent, source: PluginSource): Promise<PluginVerdict> {
-  for (let attempt = 0; ; attempt++) {
-    const verdict = await plugin.decide(event, source);
-    if (!isFault(verdict)) return verdict;
-    if (attempt >= FAULT_RETRIES) throw new IntakeError(`plugin ${plugin.command}: ${verdict.msg}`);
-    await sleep(200 << attempt);
+    const answer = await this.admission.admitEvent(event, streamSource(url, gate.pluginDown));
+    if (answer.outcome === 'fault') throw new IntakeError(`could not take event ${event.id}: ${answer.reason}`);
+    if (answer.outcome === 'stored' || answer.outcome === 'duplicate') this.have.set(event.id, true);
+    return { outcome: DOWN_OUTCOME[answer.outcome], reason: answer.reason || undefined, event };
   }
 }

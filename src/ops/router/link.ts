@@ -10,13 +10,15 @@
 import { randomBytes } from 'node:crypto';
 import type { Logger } from '../../log.js';
 import { toMatchable } from '../../nostr/filter.js';
+import { askPlugin } from '../../admission/admit.js';
+import type { NostrEvent } from '../../nostr/event.js';
 import type { PluginSource, WritePlugin } from '../../policy/write-plugin.js';
 import type { PreparedEvent } from '../../store/prepared-event.js';
 import { fetchRelayInformation, RemoteRelay } from '../relay-client.js';
 import { catchUp } from './catch-up.js';
 import type { StreamConfig } from './config.js';
 import type { RouterHost, RouterTimings } from './host.js';
-import { IntakeError, pluginVerdict, type Intake, type StreamGate } from './intake.js';
+import { IntakeError, type Intake, type StreamGate } from './intake.js';
 import type { RouterMetrics } from './metrics.js';
 import { nowSeconds, readPosition, savePosition, startingPosition, transactionHorizon, type Position, type PositionDirection } from './positions.js';
 import { Publisher } from './publisher.js';
@@ -49,6 +51,13 @@ export interface LinkOwner {
 
 /** strfry tells pluginUp that the event is a stored one (sourceType "Stored", docs/plugins.md). */
 export const storedSource: PluginSource = { type: 'Stored', info: '' };
+
+/** pluginUp's verdict on an event to send: accepted or not; a plugin that keeps failing throws IntakeError (no position may pass it). */
+export async function passesPluginUp(pluginUp: WritePlugin, event: NostrEvent): Promise<boolean> {
+  const verdict = await askPlugin(pluginUp, event, storedSource, 'retry');
+  if (verdict.fault) throw new IntakeError(`pluginUp ${pluginUp.command}: ${verdict.msg}`);
+  return verdict.action === 'accept';
+}
 
 /** Events received and not yet settled past which we stop reading the socket (and resume below LOW). */
 const DOWN_HIGH = 2000;
@@ -369,9 +378,9 @@ export class Link {
     const publisher = this.publisher!;
     const { gate, pluginUp } = this.owner;
     const matching = events.filter((p) => gate.matches(toMatchable(p.event, p.tags)));
-    const verdicts = pluginUp ? await Promise.all(matching.map((p) => pluginVerdict(pluginUp, p.event, storedSource))) : undefined;
+    const passes = pluginUp ? await Promise.all(matching.map((p) => passesPluginUp(pluginUp, p.event))) : undefined;
     matching.forEach((p, i) => {
-      if (verdicts && verdicts[i].action !== 'accept') return;
+      if (passes && !passes[i]) return;
       this.offerUp(p);
     });
     if (publisher.backlog > UP_HIGH) await publisher.completed(publisher.queuedTotal - UP_HIGH / 2);

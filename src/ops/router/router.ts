@@ -26,7 +26,7 @@ export class Router {
     this.settings = { connectionTimeout: 20, verbose: true, catchUpMargin: 600 };
     this.rt = {
       host,
-      intake: new Intake(host),
+      intake: new Intake(host.admission),
       metrics: RouterMetrics.in(host.registry),
       timings: { ...DEFAULT_TIMINGS, ...timings },
       settings: this.settings,

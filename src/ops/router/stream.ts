@@ -8,8 +8,8 @@ import type { Change } from '../../store/changes.js';
 import type { PreparedEvent } from '../../store/prepared-event.js';
 import { importWritePlugin } from '../import-plugin.js';
 import type { StreamConfig } from './config.js';
-import { Intake, pluginVerdict, type StreamGate } from './intake.js';
-import { Link, storedSource, type LinkOwner, type RouterRuntime } from './link.js';
+import { Intake, type StreamGate } from './intake.js';
+import { Link, passesPluginUp, type LinkOwner, type RouterRuntime } from './link.js';
 
 export class Stream implements LinkOwner {
   config: StreamConfig;
@@ -95,12 +95,12 @@ export class Stream implements LinkOwner {
     const pluginUp = this.pluginUp;
     if (!pluginUp) return this.offer(events);
     // Decided together, offered in order: the chain keeps one batch behind the one before.
-    const verdicts = Promise.all(events.map((p) => pluginVerdict(pluginUp, p.event, storedSource)));
+    const verdicts = Promise.all(events.map((p) => passesPluginUp(pluginUp, p.event)));
     verdicts.catch(() => undefined); // handled in the chain
     this.upChain = this.upChain
       .then(() => verdicts)
       .then(
-        (v) => this.offer(events.filter((_, i) => v[i].action === 'accept')),
+        (passes) => this.offer(events.filter((_, i) => passes[i])),
         (err) => {
           // pluginUp kept failing: no verdict, so no position may pass these events. The open
           // connections are dropped before their next checkpoint can; each catches up when it reopens.
