@@ -19,6 +19,7 @@ import { startTestRelay, type TestRelay } from '../support/relay.js';
 import { insertNostreamRows, storedIds } from './helpers.js';
 
 const SCRIPTED = path.join(path.dirname(fileURLToPath(import.meta.url)), '../fixtures/plugins/scripted.js');
+const CRASHING = path.join(path.dirname(fileURLToPath(import.meta.url)), '../fixtures/plugins/crashing.js');
 const dir = mkdtempSync(path.join(tmpdir(), 'pgrelay-import-plugin-'));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
@@ -50,6 +51,18 @@ async function idsStored(databaseUrl: string): Promise<Set<string>> {
   } finally {
     await pool.end();
   }
+}
+
+/** `count` events of one author, the one at `odd` (if any) with the content the crashing plugin dies on. */
+function many(count: number, label: string, odd?: number): NostrEvent[] {
+  const author = newSigner();
+  const from = now() - 10_000;
+  return Array.from({ length: count }, (_, i) => author.sign({ created_at: from + i, content: i === odd ? 'die' : `${label} ${i}` }));
+}
+
+/** The crashing plugin: exits once at its `onceAt`th request, and at every event whose content is "die". */
+function crashingPlugin(name: string, onceAt = 0): string {
+  return `${process.execPath} ${CRASHING} --once-at ${onceAt} --marker ${path.join(dir, `${name}.crashed`)} --on die`;
 }
 
 describe('write-policy plugin in the operator commands', () => {
@@ -93,6 +106,58 @@ describe('write-policy plugin in the operator commands', () => {
     expect(asked.every((r) => r.sourceType === 'Import')).toBe(true);
   });
 
+  describe('plugin faults lose nothing', () => {
+    it('import: a plugin that exits once, with many events in flight, costs no event (exit code 0)', async () => {
+      const database = await createTestDatabase();
+      const events = many(2000, 'import once');
+      const input = events.map((e) => JSON.stringify(e)).join('\n') + '\n';
+      const run = await runCli(['import', '-'], { DATABASE_URL: database, LOG_LEVEL: 'warn', WRITE_POLICY_PLUGIN: crashingPlugin('import-once', 500) }, input);
+      expect(existsSync(path.join(dir, 'import-once.crashed'))).toBe(true);
+      expect(run.stdout).toMatch(/accepted:\s+2,000\b/);
+      expect(run.code).toBe(0);
+      expect((await idsStored(database)).size).toBe(2000);
+    });
+
+    it('import: an event the plugin always dies on is reported and counted failed, every other one is stored, and the exit code is 1', async () => {
+      const database = await createTestDatabase();
+      const events = many(2000, 'import odd', 700);
+      const input = events.map((e) => JSON.stringify(e)).join('\n') + '\n';
+      const run = await runCli(['import', '-'], { DATABASE_URL: database, LOG_LEVEL: 'warn', WRITE_POLICY_PLUGIN: crashingPlugin('import-odd') }, input);
+      expect(run.code).toBe(1);
+      expect(run.stdout).toMatch(/accepted:\s+1,999\b/);
+      expect(run.stdout).toMatch(/failed:\s+1\b/);
+      expect(run.stderr).toMatch(/line 701: error:/);
+      const stored = await idsStored(database);
+      expect(stored.size).toBe(1999);
+      expect(stored.has(events[700].id)).toBe(false);
+    });
+
+    it('import-nostream: the event the plugin dies on fails the run (exit code 1), the others are stored, and the next run reads it again', async () => {
+      const sourceUrl = await createTestDatabase({ empty: true });
+      const source = new pg.Pool({ connectionString: sourceUrl, max: 1 });
+      const events = many(600, 'nostream odd', 250);
+      try {
+        await source.query(nostreamEventsTable('events'));
+        await insertNostreamRows(source, events.map((event) => ({ event })));
+      } finally {
+        await source.end();
+      }
+      const database = await createTestDatabase();
+      const env = { DATABASE_URL: database, LOG_LEVEL: 'warn', WRITE_POLICY_PLUGIN: crashingPlugin('nostream-odd') };
+      const run = await runCli(['import-nostream', '--from', sourceUrl, '--batch', '100'], env);
+      expect(run.code).toBe(1);
+      expect(run.stdout).toMatch(/failed:\s+1\b/);
+      expect(run.stdout).toMatch(/not complete: 1 events were not imported/);
+      const stored = await idsStored(database);
+      expect(stored.size).toBe(599);
+      expect(stored.has(events[250].id)).toBe(false);
+      // Without the plugin, the next run reads the failed event again (the position stayed before it).
+      const again = await runCli(['import-nostream', '--from', sourceUrl, '--batch', '100'], { DATABASE_URL: database, LOG_LEVEL: 'warn' });
+      expect(again.code).toBe(0);
+      expect((await idsStored(database)).size).toBe(600);
+    });
+  });
+
   describe('sync', () => {
     let remote: TestRelay;
     beforeAll(async () => {
@@ -112,6 +177,20 @@ describe('write-policy plugin in the operator commands', () => {
       const asked = plugin.requests();
       expect(asked.map((r) => r.event.id).sort()).toEqual([accepted.id, rejected.id, shadowed.id].sort());
       expect(asked.every((r) => r.sourceType === 'Sync' && r.sourceInfo === remote.url)).toBe(true);
+    });
+
+    it('an event the plugin always dies on fails the sync (exit code 1); every other one is stored', async () => {
+      const events = many(300, 'sync odd', 120);
+      const { results } = await writeBatchStored(remote.db.pool, events.map(prepareEvent));
+      expect(results.every((r) => r.status === 'stored')).toBe(true);
+      const database = await createTestDatabase();
+      const filter = JSON.stringify({ authors: [events[0].pubkey] });
+      const run = await runCli(['sync', remote.url, '--direction', 'down', '--filter', filter], { DATABASE_URL: database, LOG_LEVEL: 'warn', WRITE_POLICY_PLUGIN: crashingPlugin('sync-odd') });
+      expect(run.code).toBe(1);
+      expect(run.stdout).toMatch(/failed:\s+1\b/);
+      const stored = await idsStored(database);
+      expect(stored.size).toBe(299);
+      expect(stored.has(events[120].id)).toBe(false);
     });
   });
 });
