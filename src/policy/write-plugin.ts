@@ -1,35 +1,36 @@
 // strfry's write-policy plugins (strfry docs/plugins.md, pgrelay docs/mesh.md): an operator's program
 // that decides, event by event, whether the relay keeps an event that passed the relay's own checks.
-// One long-lived child per process. Each event is one JSON line on its stdin; the plugin answers one
-// JSON line on stdout naming the event's id, so many events are in flight at once and answers may
-// come in any order. A fault (exit, hang, garbage) is the operator's bug: the events it concerns are
-// answered `error:`, the plugin is restarted with backoff, and nothing else in the relay waits.
-import { spawn, type ChildProcess } from 'node:child_process';
-import { statSync } from 'node:fs';
-import { resolve as resolvePath } from 'node:path';
-import type { Logger } from '../log.js';
+// One long-lived child per process (plugin-process.ts). Each event is one JSON line on its stdin; the
+// plugin answers one JSON line on stdout naming the event's id (plugin-protocol.ts), so many events
+// are in flight at once and answers may come in any order. This file decides which events are
+// written when, and what a fault means for them.
+//
+// A fault is the plugin's bug, and one odd event that triggers it must not turn into refused writes:
+// - A plugin that dies is started again at once, for the next event (plugin-process.ts backs off only
+//   while plugins keep dying with no answer in between). Events arriving meanwhile wait for it.
+// - What was in flight when it died is suspect, not refused. An event alone in flight is the one it
+//   died on: answered `error:`. Several are written again to the new process one at a time, ahead of
+//   new events, so the one that kills it again is found alone; the others get a healthy plugin's
+//   verdict, and pipelining resumes once they are through.
+// - An event unanswered after timeoutMs is the one the plugin hangs on: `error:`, and the process is
+//   killed; what was in flight with it is suspect in the same way.
+// - So an event is answered `error:` at the latest once it has been alone in flight at a death or a
+//   timeout: none is written again and again.
+// - An event that has waited timeoutMs with no plugin to be given to is answered `error:`.
 import type { NostrEvent } from '../nostr/event.js';
+import type { Logger } from '../log.js';
 import * as reason from '../nostr/reason.js';
+import { PluginProcesses, type PluginChild } from './plugin-process.js';
+import { parseAnswer, requestLine, sameSource, type PluginAction, type PluginSource, type PluginVerdict } from './plugin-protocol.js';
 import type { Session } from './session.js';
 
-/** strfry's sourceType values (its docs/plugins.md): `Stored` is what the router's pluginUp is told. */
-export type PluginSourceType = 'IP4' | 'IP6' | 'Import' | 'Stream' | 'Sync' | 'Stored';
-/** Where an event came from, as the plugin is told: `info` is the client's address or a relay's URL. */
-export interface PluginSource {
-  type: PluginSourceType;
-  info: string;
-  /** NIP-42: a pubkey the connection authenticated as (hex). */
-  authed?: string;
-}
-export type PluginAction = 'accept' | 'reject' | 'shadowReject';
-/** msg as the plugin sent it ('' if none); faults give { action: 'reject', msg: 'error: …' }. */
-export interface PluginVerdict {
-  action: PluginAction;
-  msg: string;
-}
+export type { PluginAction, PluginSource, PluginSourceType, PluginVerdict } from './plugin-protocol.js';
 
 export interface WritePluginSettings {
-  /** How long a plugin has to answer an event (WRITE_POLICY_TIMEOUT_MS); past it, it is restarted. */
+  /**
+   * How long a plugin has to answer an event (WRITE_POLICY_TIMEOUT_MS); past it, it is restarted.
+   * Also how long an event waits for a plugin that is not running before it is answered `error:`.
+   */
   timeoutMs: number;
   log: Logger;
   /** One per event the plugin decided (or a fault decided for it), with the seconds it took. */
@@ -49,9 +50,9 @@ export interface WritePluginState {
   pid?: number;
   /** Times the plugin was lost or replaced (exit, timeout, reload, failed start). */
   restarts: number;
-  /** Events awaiting the plugin's answer: written to it, or queued behind MAX_IN_FLIGHT. */
+  /** Events awaiting the plugin's answer: written to it, or waiting to be. */
   inFlight: number;
-  /** Of those, the ones queued. */
+  /** Of those, the ones waiting. */
   queued: number;
   lastError?: string;
 }
@@ -63,18 +64,6 @@ export const MAX_IN_FLIGHT = 1000;
  * busy, not broken: a client should try again shortly, as when the writer's queue is full.
  */
 export const MAX_QUEUED = 10_000;
-const BACKOFF_FIRST_MS = 100;
-const BACKOFF_MAX_MS = 5000;
-/** A plugin that ran this long before it failed was fine: its next restart waits BACKOFF_FIRST_MS. */
-const HEALTHY_AFTER_MS = 30_000;
-/** An answer longer than this is not one (a plugin printing without newlines). */
-const MAX_LINE_CHARS = 1 << 20;
-/** Lines of the plugin's stderr (and of its garbage) logged per LOG_WINDOW_MS; the rest are counted. */
-const LOG_LINES = 50;
-const LOG_WINDOW_MS = 10_000;
-const LOG_LINE_CHARS = 2000;
-/** A replaced version that has answered its last event gets this long to exit after its stdin closes. */
-const RETIRE_GRACE_MS = 2000;
 
 /** Prefixes of ours that CLOSED and NEG-ERR use but OK does not: in a plugin's message, they are text. */
 const NOT_OK_PREFIXES: ReadonlySet<string> = new Set<reason.Prefix>(['unsupported', 'closed']);
@@ -101,161 +90,82 @@ export function rejectionReason(msg: string): string {
 interface Request {
   readonly id: string;
   readonly source: PluginSource;
-  /** The request line, until it is written (then dropped: requests are kept until the timeout's turn). */
+  /** The request line, kept until answered: a suspect is written again. */
   line: string;
   /** performance.now() when decide() was called. */
   readonly started: number;
   /** performance.now() past which the plugin is too late; set when written. */
   deadline: number;
-  /** The child it was written to; undefined while queued. */
+  /** performance.now() when it began to wait to be written (queued, or made a suspect). */
+  waitingSince: number;
+  /** The child it is written to; undefined while it waits. */
   child: PluginChild | undefined;
+  /** In flight when a plugin died with others: written again alone. */
+  suspect: boolean;
   done: boolean;
   resolve: (verdict: PluginVerdict) => void;
   /** Further callers with the same id and source (a client sending an event again): one answer each. */
   also: Array<(verdict: PluginVerdict) => void> | undefined;
 }
 
-/** One running version of the plugin: its process, what is buffered for its stdin, and its stdout's partial line. */
-class PluginChild {
-  readonly startedAt = Date.now();
-  /** Requests written to this child and not answered. */
-  inFlight = 0;
-  exited = false;
-  /** Replaced by a newer version: finishes what it has, then its stdin is closed. */
-  retiring = false;
-  /** Lines for stdin not yet written: written once per tick, and held while stdin is over its high-water mark. */
-  pending = '';
-  waitingForDrain = false;
-  partial = '';
-
-  constructor(readonly process: ChildProcess) {}
-
-  get pid(): number | undefined {
-    return this.process.pid;
-  }
-
-  /** Writes what is pending unless stdin asked us to wait ('drain'). */
-  flush(): void {
-    if (this.pending === '' || this.waitingForDrain || this.exited) return;
-    const text = this.pending;
-    this.pending = '';
-    if (!this.process.stdin!.write(text)) this.waitingForDrain = true;
-  }
-
-  /** Kills the child and everything it started (it leads its own process group). */
-  kill(signal: NodeJS.Signals): void {
-    const pid = this.process.pid;
-    try {
-      if (pid !== undefined) process.kill(-pid, signal);
-    } catch {
-      this.process.kill(signal); // not a group leader (or already gone)
-    }
-  }
-}
-
-/** A budget of log lines per window, so a chatty plugin cannot flood the relay's log. */
-class LogBudget {
-  private windowStart = 0;
-  private used = 0;
-  private dropped = 0;
-
-  constructor(private readonly log: Logger) {}
-
-  take(): boolean {
-    const now = Date.now();
-    if (now - this.windowStart >= LOG_WINDOW_MS) {
-      if (this.dropped > 0) this.log.warn({ dropped: this.dropped }, 'write policy plugin: lines not logged (too many)');
-      this.windowStart = now;
-      this.used = 0;
-      this.dropped = 0;
-    }
-    if (this.used < LOG_LINES) {
-      this.used++;
-      return true;
-    }
-    this.dropped++;
-    return false;
-  }
-}
-
-const clip = (line: string) => (line.length > LOG_LINE_CHARS ? line.slice(0, LOG_LINE_CHARS) + '…' : line);
-
-function sameSource(a: PluginSource, b: PluginSource): boolean {
-  return a.type === b.type && a.info === b.info && a.authed === b.authed;
-}
-
-/** The request line: built by hand around the event's JSON, one string per event. */
-function requestLine(event: NostrEvent, source: PluginSource, receivedAt: number): string {
-  return (
-    '{"type":"new","event":' +
-    JSON.stringify(event) +
-    ',"receivedAt":' +
-    receivedAt +
-    ',"sourceType":"' +
-    source.type +
-    '","sourceInfo":' +
-    JSON.stringify(source.info) +
-    (source.authed === undefined ? '' : ',"authed":' + JSON.stringify(source.authed)) +
-    '}\n'
-  );
-}
-
 export class WritePlugin {
-  /** A path (no spaces): spawned directly, and reloaded when its mtime changes. Else a shell command. */
-  private readonly path: string | undefined;
-  private current: PluginChild | undefined;
-  /** Replaced versions still answering their last events. */
-  private readonly retiring = new Set<PluginChild>();
+  private readonly processes: PluginProcesses;
   /** Unanswered requests by event id: one, or several (other sources, or sent to two versions). */
   private readonly open = new Map<string, Request | Request[]>();
-  /** Requests waiting for room under MAX_IN_FLIGHT, oldest first. */
+  /** New requests waiting to be written, oldest first. */
   private queue: Request[] = [];
   private queueHead = 0;
+  /** Suspects waiting to be written alone, ahead of the queue. */
+  private suspects: Request[] = [];
+  /** Suspects not answered yet (waiting or in flight): while any, one event at a time is in flight. */
+  private suspectsOpen = 0;
   /** Written requests in the order written: the oldest unanswered one is the next to time out. */
   private written: Request[] = [];
   private writtenHead = 0;
   private inFlight = 0;
   private timer: NodeJS.Timeout | undefined;
+  /** performance.now() since when events wait with no plugin to write to; undefined while there is one. */
+  private downSince: number | undefined;
+  /** Answers `error:` to requests that waited timeoutMs of that. */
+  private waitTimer: NodeJS.Timeout | undefined;
   private tickScheduled = false;
   /** The file was looked at this tick (reload is checked once per tick, not per event). */
   private statDone = false;
-  private mtimeMs: number | undefined;
-  private backoffMs = BACKOFF_FIRST_MS;
-  /** Date.now() before which a lost plugin is not started again. */
-  private retryAt = 0;
-  private restarts = 0;
-  private lastError: string | undefined;
   private closed = false;
-  private readonly logBudget: LogBudget;
 
   constructor(
     readonly command: string,
     private readonly settings: WritePluginSettings,
   ) {
-    // Relative to the working directory, where its mtime is read (spawn would search PATH for a bare name).
-    this.path = command.includes(' ') ? undefined : resolvePath(command);
-    this.logBudget = new LogBudget(settings.log);
+    this.processes = new PluginProcesses(command, {
+      log: settings.log,
+      onRestart: settings.onRestart,
+      onLine: (child, line) => this.answer(child, line),
+      onLost: (child, why) => this.lost(child, why),
+      onReady: () => this.pump(),
+    });
   }
 
   /** Starts the plugin now rather than with the first event, so a broken one shows in the log at once. */
   start(): this {
-    if (!this.closed) this.running();
+    if (!this.closed) this.processes.usable();
     return this;
   }
 
   /** The plugin's verdict on an event; never rejects (faults answer `error:`). */
   decide(event: NostrEvent, source: PluginSource, receivedAt: number = Math.floor(Date.now() / 1000)): Promise<PluginVerdict> {
     if (this.closed) return this.fault(reason.error('the relay is closing'));
-    if (this.path !== undefined && !this.statDone) this.checkFile();
-    const child = this.running();
-    if (!child) return this.fault(reason.error(`the write policy plugin is not running (${this.lastError ?? 'starting'})`));
-
+    if (!this.statDone) {
+      this.statDone = true;
+      this.scheduleTick();
+      this.processes.checkFile();
+    }
     const same = this.open.get(event.id);
     if (same !== undefined) {
       const shared = this.shareable(same, source);
       if (shared) return new Promise((resolve) => (shared.also ??= []).push(resolve));
     }
-    if (this.queueLength() >= (this.settings.maxQueued ?? MAX_QUEUED)) return this.fault(reason.rateLimited('the write policy plugin is busy, try again shortly'));
+    if (this.inFlight + this.waiting() >= MAX_IN_FLIGHT + (this.settings.maxQueued ?? MAX_QUEUED)) return this.fault(reason.rateLimited('the write policy plugin is busy, try again shortly'));
     return new Promise((resolve) => {
       const request: Request = {
         id: event.id,
@@ -263,27 +173,34 @@ export class WritePlugin {
         line: requestLine(event, source, receivedAt),
         started: performance.now(),
         deadline: 0,
+        waitingSince: 0,
         child: undefined,
+        suspect: false,
         done: false,
         resolve,
         also: undefined,
       };
       this.addOpen(request);
-      if (this.inFlight < MAX_IN_FLIGHT && this.queueLength() === 0) this.send(request, child);
-      else this.queue.push(request);
+      if (this.suspectsOpen === 0 && this.inFlight < MAX_IN_FLIGHT && this.queueLength() === 0) {
+        const child = this.processes.usable();
+        if (child !== undefined) return this.send(request, child);
+      }
+      request.waitingSince = request.started;
+      this.queue.push(request);
+      this.pump();
     });
   }
 
   state(): WritePluginState {
-    const child = this.current !== undefined && !this.current.exited ? this.current : undefined;
+    const child = this.processes.running;
     return {
       command: this.command,
       running: child?.pid !== undefined,
       pid: child?.pid,
-      restarts: this.restarts,
-      inFlight: this.inFlight + this.queueLength(),
-      queued: this.queueLength(),
-      lastError: this.lastError,
+      restarts: this.processes.restarts,
+      inFlight: this.inFlight + this.waiting(),
+      queued: this.waiting(),
+      lastError: this.processes.lastError,
     };
   }
 
@@ -292,160 +209,25 @@ export class WritePlugin {
     if (this.closed) return;
     this.closed = true;
     clearTimeout(this.timer);
-    const children = [...this.retiring, ...(this.current ? [this.current] : [])].filter((c) => !c.exited);
-    const gone = children.map(
-      (c) =>
-        new Promise<void>((resolve) => {
-          c.process.once('close', () => resolve());
-          c.process.once('error', () => resolve());
-        }),
-    );
-    for (const c of children) {
-      c.process.stdin?.end();
-      c.kill('SIGTERM');
-    }
+    clearTimeout(this.waitTimer);
+    const stopped = this.processes.close();
     const closing = reason.error('the relay is closing');
-    for (const r of this.writtenTo(undefined)) this.settle(r, undefined, closing);
-    this.failQueued(closing);
-    const force = setTimeout(() => children.forEach((c) => c.kill('SIGKILL')), RETIRE_GRACE_MS);
-    // Killed with its whole process group, a child closes its pipes; the cap only guards against the unforeseen.
-    await Promise.race([Promise.all(gone), new Promise((r) => setTimeout(r, 2 * RETIRE_GRACE_MS).unref())]);
-    clearTimeout(force);
+    const waiting = [...this.suspects, ...this.queue.slice(this.queueHead)];
+    this.suspects = [];
+    this.queue = [];
+    this.queueHead = 0;
+    for (const r of [...this.writtenTo(undefined), ...waiting]) this.settle(r, undefined, closing);
+    await stopped;
   }
 
-  // --- the running child ---------------------------------------------------------------------------
-
-  /** The current version, started if there is none and its backoff has passed; undefined if it cannot run. */
-  private running(): PluginChild | undefined {
-    if (this.current !== undefined && !this.current.exited) return this.current;
-    if (Date.now() < this.retryAt) return undefined;
-    return this.spawnChild();
-  }
-
-  private spawnChild(): PluginChild | undefined {
-    const { log } = this.settings;
-    if (this.path !== undefined) {
-      // A missing file is answered now, not when spawn's error arrives.
-      const mtimeMs = statSync(this.path, { throwIfNoEntry: false })?.mtimeMs;
-      if (mtimeMs === undefined) {
-        this.cannotStart(`${this.path} does not exist`);
-        return undefined;
-      }
-      this.mtimeMs = mtimeMs;
-    }
-    let proc: ChildProcess;
-    try {
-      proc =
-        this.path !== undefined
-          ? spawn(this.path, [], { stdio: 'pipe', detached: true })
-          : spawn('/bin/sh', ['-c', this.command], { stdio: 'pipe', detached: true });
-    } catch (err) {
-      this.cannotStart((err as Error).message);
-      return undefined;
-    }
-    const child = new PluginChild(proc);
-    this.current = child;
-    proc.stdin!.on('error', (err) => log.debug({ err: err.message }, 'write policy plugin: stdin error')); // the exit says why
-    proc.stdin!.on('drain', () => {
-      child.waitingForDrain = false;
-      child.flush();
-    });
-    proc.stdout!.setEncoding('utf8');
-    proc.stdout!.on('data', (chunk: string) => this.read(child, chunk));
-    proc.stderr!.setEncoding('utf8');
-    let errPartial = '';
-    proc.stderr!.on('data', (chunk: string) => {
-      const lines = (errPartial + chunk).split('\n');
-      errPartial = lines.pop()!.slice(0, MAX_LINE_CHARS);
-      for (const line of lines) if (line !== '' && this.logBudget.take()) log.warn({ plugin: this.command, pid: child.pid, stderr: clip(line) }, 'write policy plugin says');
-    });
-    proc.on('error', (err) => this.lost(child, 'spawn', `could not start: ${err.message}`));
-    // 'close' comes once stdout is read to its end (answers sent just before exiting count); a
-    // grandchild holding stdout open must not delay it for ever.
-    proc.on('exit', (code, signal) => {
-      const why = signal ? `killed by ${signal}` : `exited with code ${code}`;
-      setTimeout(() => this.lost(child, 'exit', why), RETIRE_GRACE_MS).unref();
-    });
-    proc.on('close', (code, signal) => this.lost(child, 'exit', signal ? `killed by ${signal}` : `exited with code ${code}`));
-    log.info({ plugin: this.command, pid: proc.pid }, 'write policy plugin started');
-    return child;
-  }
-
-  private cannotStart(why: string): void {
-    this.lastError = `could not start: ${why}`;
-    this.settings.log.error({ plugin: this.command }, `write policy plugin ${this.lastError}`);
-    this.restarts++;
-    this.settings.onRestart?.('spawn');
-    this.backOff(0);
-  }
-
-  /** strfry's rule: a plugin given as a path is started again when its file changes; once per tick. */
-  private checkFile(): void {
-    this.statDone = true;
-    this.scheduleTick();
-    const child = this.current;
-    if (child === undefined || child.exited) return;
-    const mtimeMs = statSync(this.path!, { throwIfNoEntry: false })?.mtimeMs;
-    if (mtimeMs === this.mtimeMs) return;
-    this.settings.log.info({ plugin: this.command, pid: child.pid }, 'write policy plugin changed: starting the new version');
-    this.restarts++;
-    this.settings.onRestart?.('reload');
-    this.current = undefined;
-    this.retire(child);
-    this.retryAt = 0;
-  }
-
-  /** A replaced version answers what was written to it; then its stdin is closed (EOF), and it is killed if it lingers. */
-  private retire(child: PluginChild): void {
-    child.retiring = true;
-    this.retiring.add(child);
-    if (child.inFlight === 0) this.endRetired(child);
-  }
-
-  private endRetired(child: PluginChild): void {
-    child.flush();
-    child.process.stdin!.end();
-    setTimeout(() => child.exited || child.kill('SIGKILL'), RETIRE_GRACE_MS).unref();
-  }
-
-  /** The child is gone (or given up on): everything written to it is answered `error:`; the current one is restarted after a backoff. */
-  private lost(child: PluginChild, restartReason: string, why: string, timedOut?: Request): void {
-    if (child.exited) return;
-    child.exited = true;
-    this.retiring.delete(child);
-    if (this.closed) return;
-    const wasCurrent = child === this.current && !child.retiring;
-    if (wasCurrent || timedOut) {
-      this.lastError = why;
-      this.settings.log.warn({ plugin: this.command, pid: child.pid, inFlight: child.inFlight }, `write policy plugin ${why}`);
-    }
-    const restarting = reason.error(timedOut ? 'the write policy plugin timed out on another event' : `the write policy plugin ${why}`);
-    if (timedOut) this.settle(timedOut, undefined, reason.error(`the write policy plugin did not answer within ${this.settings.timeoutMs} ms`));
-    for (const r of this.writtenTo(child)) this.settle(r, undefined, restarting);
-    if (!wasCurrent) return;
-    this.current = undefined;
-    this.restarts++;
-    this.settings.onRestart?.(restartReason);
-    this.backOff(Date.now() - child.startedAt);
-    // Events queued behind it were waiting on it too.
-    this.failQueued(restarting);
-  }
-
-  private backOff(ranMs: number): void {
-    if (ranMs >= HEALTHY_AFTER_MS) this.backoffMs = BACKOFF_FIRST_MS;
-    this.retryAt = Date.now() + this.backoffMs;
-    this.backoffMs = Math.min(this.backoffMs * 2, BACKOFF_MAX_MS);
-  }
-
-  // --- requests ------------------------------------------------------------------------------------
+  // --- writing -------------------------------------------------------------------------------------
 
   private send(request: Request, child: PluginChild): void {
     request.child = child;
     request.deadline = performance.now() + this.settings.timeoutMs;
     child.inFlight++;
     this.inFlight++;
-    child.pending += request.line;
-    request.line = '';
+    child.write(request.line);
     // Keep the list of written requests short: drop the answered ones at its head.
     while (this.writtenHead < this.written.length && this.written[this.writtenHead].done) this.writtenHead++;
     if (this.writtenHead > 4096 && this.writtenHead * 2 > this.written.length) {
@@ -455,6 +237,38 @@ export class WritePlugin {
     this.written.push(request);
     this.scheduleTick();
     if (this.timer === undefined) this.armTimer();
+  }
+
+  /**
+   * Writes what waits as far as the plugin may take it: suspects one at a time, alone in flight;
+   * then new events up to MAX_IN_FLIGHT. With no plugin to write to, they wait (waitForPlugin).
+   */
+  private pump(): void {
+    if (this.closed) return;
+    if (this.waiting() === 0) {
+      this.downSince = undefined;
+      return;
+    }
+    const child = this.processes.usable();
+    if (child === undefined) return this.waitForPlugin();
+    this.downSince = undefined;
+    if (this.waitTimer !== undefined) {
+      clearTimeout(this.waitTimer);
+      this.waitTimer = undefined;
+    }
+    if (this.suspectsOpen > 0) {
+      while (this.suspects.length > 0 && this.suspects[0].done) this.suspects.shift();
+      if (child.inFlight === 0 && this.suspects.length > 0) this.send(this.suspects.shift()!, child);
+      return;
+    }
+    while (this.inFlight < MAX_IN_FLIGHT && this.queueHead < this.queue.length) {
+      const request = this.queue[this.queueHead++];
+      if (!request.done) this.send(request, child);
+    }
+    if (this.queueHead === this.queue.length) {
+      this.queue = [];
+      this.queueHead = 0;
+    }
   }
 
   /** Stdin is written once per tick, every line of the tick at once. */
@@ -467,13 +281,122 @@ export class WritePlugin {
   private readonly endOfTick = (): void => {
     this.tickScheduled = false;
     this.statDone = false;
-    this.current?.flush();
-    for (const child of this.retiring) child.flush();
+    this.processes.flush();
   };
+
+  // --- a plugin lost -------------------------------------------------------------------------------
+
+  /**
+   * A child died (or was killed for `timedOut`): what was in flight on it is answered or made
+   * suspect, and the rest goes to the next plugin.
+   */
+  private lost(child: PluginChild, why: string, timedOut?: Request): void {
+    const inFlight = this.writtenTo(child);
+    this.written = this.written.slice(this.writtenHead).filter((r) => !r.done && r.child !== child);
+    this.writtenHead = 0;
+    for (const r of inFlight) {
+      r.child = undefined;
+      child.inFlight--;
+      this.inFlight--;
+    }
+    const now = performance.now();
+    const suspects = inFlight.filter((r) => r !== timedOut);
+    const culprit = timedOut ?? (suspects.length === 1 ? suspects.pop() : undefined);
+    for (const r of suspects) {
+      if (!r.suspect) this.suspectsOpen++;
+      r.suspect = true;
+      r.waitingSince = now;
+      this.suspects.push(r);
+    }
+    if (culprit !== undefined) {
+      const msg = culprit === timedOut ? `did not answer within ${this.settings.timeoutMs} ms` : `${why} on this event`;
+      this.settle(culprit, undefined, reason.error(`the write policy plugin ${msg}`));
+    }
+    this.pump();
+  }
+
+  /**
+   * No plugin can be given events now: what waits timeoutMs of this (since it began to wait, or since
+   * the plugin went, whichever is later) is answered `error:`.
+   */
+  private waitForPlugin(): void {
+    this.downSince ??= performance.now();
+    if (this.waitTimer !== undefined) return;
+    const oldest = Math.min(this.oldestWaiting(this.suspects, 0), this.oldestWaiting(this.queue, this.queueHead));
+    if (oldest === Infinity) return;
+    const wait = Math.max(0, Math.max(oldest, this.downSince) + this.settings.timeoutMs - performance.now());
+    // Not unref'd: an importer awaiting a verdict keeps its process alive on it.
+    this.waitTimer = setTimeout(this.expireWaiting, wait + 1);
+  }
+
+  private oldestWaiting(list: Request[], from: number): number {
+    for (let i = from; i < list.length; i++) if (!list[i].done) return list[i].waitingSince;
+    return Infinity;
+  }
+
+  private readonly expireWaiting = (): void => {
+    this.waitTimer = undefined;
+    if (this.closed) return;
+    if (this.processes.usable() !== undefined) return this.pump();
+    // Both lists are in the order their requests began to wait.
+    const cutoff = performance.now() - this.settings.timeoutMs;
+    const expired: Request[] = [];
+    if (this.downSince === undefined || this.downSince > cutoff) return this.pump();
+    while (this.suspects.length > 0 && (this.suspects[0].done || this.suspects[0].waitingSince <= cutoff)) expired.push(this.suspects.shift()!);
+    while (this.queueHead < this.queue.length && (this.queue[this.queueHead].done || this.queue[this.queueHead].waitingSince <= cutoff)) expired.push(this.queue[this.queueHead++]);
+    const msg = reason.error(`the write policy plugin is not running (${this.processes.lastError ?? 'starting'})`);
+    for (const r of expired) this.settle(r, undefined, msg);
+    this.pump();
+  };
+
+  // --- answers -------------------------------------------------------------------------------------
+
+  private answer(child: PluginChild, line: string): void {
+    const answer = parseAnswer(line);
+    if (typeof answer === 'string') return this.processes.ignored(child, answer, line);
+    const request = this.takeOpen(answer.id, child);
+    if (request === undefined) return this.processes.ignored(child, 'an id no event awaits', line);
+    if (answer.action !== undefined) {
+      if (!child.answered) this.processes.answered(child);
+      return this.settle(request, answer.action, answer.msg);
+    }
+    // It did answer this event, wrongly: the event gets an error now rather than after the timeout.
+    this.processes.ignored(child, 'an unknown action', line);
+    this.settle(request, undefined, reason.error('the write policy plugin gave an unknown action'));
+  }
+
+  /** Answers a request: the plugin's verdict, or a fault's `error:` reason. */
+  private settle(request: Request, action: PluginAction | undefined, msg: string): void {
+    if (request.done) return;
+    request.done = true;
+    request.line = '';
+    this.removeOpen(request);
+    const child = request.child;
+    if (child !== undefined) {
+      child.inFlight--;
+      this.inFlight--;
+      if (child.retiring && child.inFlight === 0 && !child.exited) this.processes.endRetired(child);
+    }
+    if (request.suspect) this.suspectsOpen--;
+    this.settings.onDecision?.(action ?? 'error', (performance.now() - request.started) / 1000);
+    const verdict: PluginVerdict = { action: action ?? 'reject', msg };
+    request.resolve(verdict);
+    if (request.also) for (const resolve of request.also) resolve(verdict);
+    if (this.waiting() > 0) this.pump();
+  }
+
+  /** A verdict that never reached the plugin: counted as an error, answered at once. */
+  private fault(msg: string): Promise<PluginVerdict> {
+    this.settings.onDecision?.('error', 0);
+    return Promise.resolve({ action: 'reject', msg });
+  }
+
+  // --- bookkeeping ---------------------------------------------------------------------------------
 
   /** Requests that share an answer with a new one: same id, same source, not written to a replaced version. */
   private shareable(same: Request | Request[], source: PluginSource): Request | undefined {
-    const fits = (r: Request) => sameSource(r.source, source) && (r.child === undefined || r.child === this.current);
+    const current = this.processes.running;
+    const fits = (r: Request) => sameSource(r.source, source) && (r.child === undefined || r.child === current);
     if (!Array.isArray(same)) return fits(same) ? same : undefined;
     return same.find(fits);
   }
@@ -503,49 +426,16 @@ export class WritePlugin {
     }
   }
 
-  /** Answers a request: the plugin's verdict, or a fault's `error:` reason. */
-  private settle(request: Request, action: PluginAction | undefined, msg: string): void {
-    if (request.done) return;
-    request.done = true;
-    this.removeOpen(request);
-    const child = request.child;
-    if (child !== undefined) {
-      child.inFlight--;
-      this.inFlight--;
-      if (child.retiring && child.inFlight === 0 && !child.exited) this.endRetired(child);
-    }
-    this.settings.onDecision?.(action ?? 'error', (performance.now() - request.started) / 1000);
-    const verdict: PluginVerdict = { action: action ?? 'reject', msg };
-    request.resolve(verdict);
-    if (request.also) for (const resolve of request.also) resolve(verdict);
-    if (this.queueLength() > 0) this.sendQueued();
-  }
-
-  private sendQueued(): void {
-    const child = this.current;
-    if (child === undefined || child.exited || this.closed) return;
-    while (this.inFlight < MAX_IN_FLIGHT && this.queueHead < this.queue.length) {
-      const request = this.queue[this.queueHead++];
-      if (!request.done) this.send(request, child);
-    }
-    if (this.queueHead === this.queue.length) {
-      this.queue = [];
-      this.queueHead = 0;
-    }
-  }
-
   private queueLength(): number {
     return this.queue.length - this.queueHead;
   }
 
-  private failQueued(msg: string): void {
-    const queued = this.queue.slice(this.queueHead);
-    this.queue = [];
-    this.queueHead = 0;
-    for (const r of queued) this.settle(r, undefined, msg);
+  /** Requests not written yet: suspects and the queue. */
+  private waiting(): number {
+    return this.suspects.length + this.queue.length - this.queueHead;
   }
 
-  /** The unanswered requests written to a child (all children: undefined), collected before any is settled. */
+  /** The unanswered requests written to a child (all children: undefined), in the order written. */
   private writtenTo(child: PluginChild | undefined): Request[] {
     const found: Request[] = [];
     for (let i = this.writtenHead; i < this.written.length; i++) {
@@ -553,12 +443,6 @@ export class WritePlugin {
       if (!r.done && (child === undefined || r.child === child)) found.push(r);
     }
     return found;
-  }
-
-  /** A verdict that never reached the plugin: counted as an error, answered at once. */
-  private fault(msg: string): Promise<PluginVerdict> {
-    this.settings.onDecision?.('error', 0);
-    return Promise.resolve({ action: 'reject', msg });
   }
 
   // --- timeouts ------------------------------------------------------------------------------------
@@ -581,56 +465,18 @@ export class WritePlugin {
     this.timer = undefined;
     const now = performance.now();
     // Deadlines grow in the order written, so only the oldest unanswered request can have expired;
-    // giving up on its child answers all of that child's requests, and the next oldest is looked at.
+    // giving up on its child moves that child's requests on, and the next oldest is looked at.
     for (;;) {
       while (this.writtenHead < this.written.length && this.written[this.writtenHead].done) this.writtenHead++;
       const r = this.written[this.writtenHead];
       if (r === undefined || r.deadline > now) break;
       // It hangs, or it dropped the event: either way it is given up on and started again.
       const child = r.child!;
-      child.kill('SIGKILL');
-      this.lost(child, 'timeout', `did not answer within ${this.settings.timeoutMs} ms`, r);
+      this.processes.stop(child, `did not answer within ${this.settings.timeoutMs} ms`);
+      this.lost(child, 'timed out', r);
     }
-    if (!this.closed) this.armTimer();
+    if (this.closed) return;
+    clearTimeout(this.timer); // lost() may have armed it for what it wrote
+    this.armTimer();
   };
-
-  // --- answers -------------------------------------------------------------------------------------
-
-  private read(child: PluginChild, chunk: string): void {
-    let text = child.partial === '' ? chunk : child.partial + chunk;
-    let start = 0;
-    for (let nl = text.indexOf('\n'); nl >= 0; nl = text.indexOf('\n', start)) {
-      this.answer(child, text.slice(start, nl));
-      start = nl + 1;
-    }
-    text = start === 0 ? text : text.slice(start);
-    if (text.length > MAX_LINE_CHARS) {
-      this.garbage(child, 'a line too long', text);
-      text = '';
-    }
-    child.partial = text;
-  }
-
-  private answer(child: PluginChild, line: string): void {
-    if (line.trim() === '') return;
-    let message: { id?: unknown; action?: unknown; msg?: unknown };
-    try {
-      message = JSON.parse(line);
-    } catch {
-      return this.garbage(child, 'not JSON', line);
-    }
-    if (typeof message !== 'object' || message === null || typeof message.id !== 'string') return this.garbage(child, 'no id', line);
-    const request = this.takeOpen(message.id, child);
-    if (request === undefined) return this.garbage(child, 'an id no event awaits', line);
-    const { action } = message;
-    const msg = typeof message.msg === 'string' ? message.msg : '';
-    if (action === 'accept' || action === 'reject' || action === 'shadowReject') return this.settle(request, action, msg);
-    // It did answer this event, wrongly: the event gets an error now rather than after the timeout.
-    this.garbage(child, 'an unknown action', line);
-    this.settle(request, undefined, reason.error('the write policy plugin gave an unknown action'));
-  }
-
-  private garbage(child: PluginChild, what: string, line: string): void {
-    if (this.logBudget.take()) this.settings.log.warn({ plugin: this.command, pid: child.pid, line: clip(line) }, `write policy plugin: ignored ${what}`);
-  }
 }

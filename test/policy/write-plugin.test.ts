@@ -1,5 +1,6 @@
 // strfry write-policy plugins (src/policy/write-plugin.ts): real child processes, one JSON line each
-// way per event, answers matched by id; faults answer `error:` and restart the plugin.
+// way per event, answers matched by id; a fault answers `error:` only to the event the plugin failed
+// on, and every other event waits for a new process and gets its verdict.
 import { chmodSync, copyFileSync, existsSync, mkdtempSync, readFileSync, rmSync, utimesSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
@@ -142,37 +143,115 @@ describe('a write-policy plugin', () => {
     expect(seen.map((r) => r.sourceInfo)).toEqual(['203.0.113.7', '198.51.100.1']); // another source is asked again
   });
 
-  it('answers error: for what waited on a plugin that exits, and starts it again', async () => {
+  it('answers error: to the event a plugin exits on, and starts a new one for the next event at once', async () => {
     const { plugin, logs, restarts } = harness(SCRIPTED);
     await plugin.decide(event('first'), client);
     const firstPid = plugin.state().pid;
-    const waiting = plugin.decide(event('hold'), client);
-    const exit = await plugin.decide(event('exit'), client);
-    expect(exit.action).toBe('reject');
-    expect(exit.msg).toMatch(/^error: .*exited with code 3/);
-    expect((await waiting).msg).toMatch(/^error: /);
+    expect(await plugin.decide(event('exit'), client)).toEqual({ action: 'reject', msg: 'error: the write policy plugin exited with code 3 on this event' });
     expect(restarts).toEqual(['exit']);
     expect(plugin.state()).toMatchObject({ running: false, restarts: 1, inFlight: 0, lastError: 'exited with code 3' });
-    // Started again once its backoff has passed: until then, events are answered error: at once.
-    let after;
-    await until(async () => (after = await plugin.decide(event('again'), client)).action === 'accept', 'the plugin to run again');
+    expect(await plugin.decide(event('again'), client)).toEqual({ action: 'accept', msg: '' });
     expect(plugin.state().pid).not.toBe(firstPid);
     expect(plugin.state().running).toBe(true);
+    expect(restarts).toEqual(['exit']);
     expect(logs.some((l) => l.stderr === 'exiting as asked')).toBe(true); // its stderr reaches the log
   });
 
-  it('gives up on a plugin that does not answer in time: error: for its events, and a new process', async () => {
+  it('gives every event in flight its verdict when the plugin dies once among them', async () => {
+    const once = path.join(dir, `once-${counter++}`);
+    const { plugin, decisions, restarts } = harness(`${SCRIPTED} --exit-at 10 --once ${once}`);
+    const contents = Array.from({ length: 40 }, (_, i) => (i % 4 === 3 ? `reject:no ${i}` : `fine ${i}`));
+    const verdicts = await Promise.all(contents.map((c) => plugin.decide(event(c), client)));
+    expect(verdicts).toEqual(contents.map((c) => (c.startsWith('reject:') ? { action: 'reject', msg: c.slice('reject:'.length) } : { action: 'accept', msg: '' })));
+    expect(existsSync(once)).toBe(true); // it did die, on its tenth request
+    expect(restarts).toEqual(['exit']);
+    expect(decisions).not.toContain('error');
+  });
+
+  it('answers error: only to the event a plugin always dies on, and their verdicts to the others in flight with it', async () => {
+    const { plugin, restarts } = harness(SCRIPTED);
+    const contents = Array.from({ length: 30 }, (_, i) => (i === 10 ? 'exit' : i % 3 === 2 ? 'shadow' : `fine ${i}`));
+    const verdicts = await Promise.all(contents.map((c) => plugin.decide(event(c), client)));
+    expect(verdicts).toEqual(
+      contents.map((c) =>
+        c === 'exit' ? { action: 'reject', msg: 'error: the write policy plugin exited with code 3 on this event' } : { action: c === 'shadow' ? 'shadowReject' : 'accept', msg: '' },
+      ),
+    );
+    // Once with all of them in flight, once alone with the event that kills it.
+    expect(restarts).toEqual(['exit', 'exit']);
+    expect(await plugin.decide(event('after'), client)).toEqual({ action: 'accept', msg: '' });
+  });
+
+  it('keeps events waiting for a plugin that cannot start, answers them error: after the timeout, and backs off between starts', async () => {
+    const { plugin, restarts } = harness('echo cannot start >&2; exit 3', 1000);
+    plugin.start();
+    await until(() => restarts.length >= 1, 'the first start to fail');
+    const before = restarts.length;
+    const verdicts = await Promise.all([plugin.decide(event('a'), client), plugin.decide(event('b'), client), plugin.decide(event('c'), client)]);
+    expect(verdicts).toEqual(Array(3).fill({ action: 'reject', msg: 'error: the write policy plugin is not running (exited with code 3)' }));
+    // Started again while they waited, but a few times, not in a loop: 100 ms doubling between starts.
+    expect(restarts.length).toBeGreaterThan(before);
+    expect(restarts.length).toBeLessThanOrEqual(8);
+    expect(new Set(restarts)).toEqual(new Set(['exit']));
+  });
+
+  it('judges events that arrive while a plugin that failed to start backs off, once one runs', async () => {
+    const starts = path.join(dir, `starts-${counter++}`);
+    const { plugin, restarts } = harness(`${SCRIPTED} --fail-starts 3 --starts ${starts}`);
+    plugin.start();
+    await until(() => restarts.length >= 1, 'the first start to fail');
+    const first = plugin.decide(event('first'), client); // starts the second, which fails too
+    await until(() => restarts.length >= 2, 'the second start to fail');
+    const during = [plugin.decide(event('during'), client), plugin.decide(event('reject:during'), client)];
+    expect(await first).toEqual({ action: 'accept', msg: '' });
+    expect(await Promise.all(during)).toEqual([
+      { action: 'accept', msg: '' },
+      { action: 'reject', msg: 'during' },
+    ]);
+    expect(restarts).toEqual(['exit', 'exit', 'exit']);
+    expect(readFileSync(starts, 'utf8')).toBe('4');
+  });
+
+  it('gives up on a plugin that does not answer in time: error: for that event, and the others in flight go to a new process', async () => {
     const { plugin, restarts } = harness(SCRIPTED, 1500);
     await plugin.decide(event('first'), client);
     const firstPid = plugin.state().pid;
+    const release = path.join(dir, `release-${counter++}`);
     const hung = plugin.decide(event('hang'), client);
-    const other = plugin.decide(event('hold'), client); // written after it, so it expires after it
+    const other = plugin.decide(event(`wait-for:${release}`), client); // written after it, so it expires after it
     expect(await hung).toEqual({ action: 'reject', msg: 'error: the write policy plugin did not answer within 1500 ms' });
-    expect(await other).toEqual({ action: 'reject', msg: 'error: the write policy plugin timed out on another event' });
+    writeFileSync(release, '');
+    expect(await other).toEqual({ action: 'reject', msg: 'version ' }); // the new process's verdict
     expect(restarts).toEqual(['timeout']);
-    await until(async () => (await plugin.decide(event('again'), client)).action === 'accept', 'the plugin to run again');
     expect(plugin.state().pid).not.toBe(firstPid);
     expect(plugin.state().lastError).toBe('did not answer within 1500 ms');
+  });
+
+  it('answers error: to an event that hangs the plugin again when written alone', async () => {
+    const { plugin, restarts } = harness(SCRIPTED, 1500);
+    await plugin.decide(event('first'), client);
+    const verdicts = await Promise.all([plugin.decide(event('hang'), client), plugin.decide(event('hang'), client), plugin.decide(event('fine'), client)]);
+    expect(verdicts).toEqual([
+      { action: 'reject', msg: 'error: the write policy plugin did not answer within 1500 ms' },
+      { action: 'reject', msg: 'error: the write policy plugin did not answer within 1500 ms' },
+      { action: 'accept', msg: '' },
+    ]);
+    expect(restarts).toEqual(['timeout', 'timeout']);
+  });
+
+  it('gives its verdict to a suspect that waited behind one that hangs the new process', async () => {
+    const { plugin, restarts } = harness(SCRIPTED, 1500);
+    await plugin.decide(event('first'), client);
+    const release = path.join(dir, `release-${counter++}`);
+    const verdicts = Promise.all([plugin.decide(event('hang'), client), plugin.decide(event(`wait-for:${release}`), client), plugin.decide(event('exit'), client)]);
+    await until(() => restarts.length >= 1, 'the plugin to exit');
+    writeFileSync(release, '');
+    expect(await verdicts).toEqual([
+      { action: 'reject', msg: 'error: the write policy plugin did not answer within 1500 ms' },
+      { action: 'reject', msg: 'version ' },
+      { action: 'reject', msg: 'error: the write policy plugin exited with code 3 on this event' },
+    ]);
+    expect(restarts).toEqual(['exit', 'timeout', 'exit']);
   });
 
   it('skips lines that are not answers, and answers error: to an unknown action', async () => {
@@ -200,14 +279,13 @@ describe('a write-policy plugin', () => {
     expect(said[0].stderr).toBe('stderr line 0');
   });
 
-  it('answers error: at once when the plugin file does not exist, and starts it once it does', async () => {
+  it('keeps events waiting for a plugin file that does not exist: error: after the timeout, and judged once it does', async () => {
     const file = path.join(dir, `later-${counter++}.js`);
-    const { plugin, restarts } = harness(file);
-    const verdict = await plugin.decide(event('x'), client);
-    expect(verdict.action).toBe('reject');
-    expect(verdict.msg).toMatch(/^error: .*does not exist/);
+    const { plugin, restarts } = harness(file, 1000);
+    expect(await plugin.decide(event('x'), client)).toEqual({ action: 'reject', msg: `error: the write policy plugin is not running (could not start: ${file} does not exist)` });
     expect(plugin.state()).toMatchObject({ running: false, lastError: `could not start: ${file} does not exist` });
-    expect(restarts).toEqual(['spawn']);
+    expect(restarts.length).toBeGreaterThan(1); // tried again while the event waited
+    expect(new Set(restarts)).toEqual(new Set(['spawn']));
     copyFileSync(SCRIPTED, file);
     chmodSync(file, 0o755);
     await until(async () => (await plugin.decide(event('x'), client)).action === 'accept', 'the plugin to start');

@@ -1,6 +1,7 @@
 // WRITE_POLICY_PLUGIN on a real relay: every client EVENT that passed the relay's own checks goes
 // through the plugin (a real child process); reject answers OK false, shadowReject OK true with the
-// event neither stored nor passed on; faults answer error: and never hold up the rest of the relay.
+// event neither stored nor passed on; a fault answers error: to the event the plugin failed on only,
+// and never holds up the rest of the relay.
 import { chmodSync, existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
@@ -175,19 +176,35 @@ describe('a write-policy plugin that fails', () => {
     await relay?.close();
   });
 
-  it('exits: what waited on it is answered error:, and it is started again', async () => {
-    const waiting = post('hold');
-    const from = client.mark;
-    client.send(['EVENT', waiting]);
-    const [ok, why] = await client.publish(post('exit'));
-    expect(ok).toBe(false);
-    expect(why).toMatch(/^error: /);
-    const answer = await client.waitFor((m) => m[0] === 'OK' && m[1] === waiting.id, 10_000, from);
-    expect(answer[2]).toBe(false);
-    expect(answer[3]).toMatch(/^error: /);
-    await until(async () => (await client.publish(post('again')))[0], 'an event accepted by the restarted plugin');
+  it('exits on one event: that event is answered error:, and the events another client sends right after it are accepted', async () => {
+    expect(await client.publish(post('before'))).toEqual([true, '']);
+    const other = await TestClient.connect(relay.url);
+    try {
+      expect(await client.publish(post('exit'))).toEqual([false, 'error: the write policy plugin exited with code 3 on this event']);
+      const next = [post('next 1'), post('next 2'), post('next 3'), post('next 4'), post('next 5')];
+      const from = other.mark;
+      for (const e of next) other.send(['EVENT', e]); // as fast as it can, without waiting for an OK
+      const oks = await Promise.all(next.map((e) => other.waitFor((m) => m[0] === 'OK' && m[1] === e.id, 10_000, from)));
+      expect(oks.map((m) => [m[2], m[3]])).toEqual(next.map(() => [true, '']));
+    } finally {
+      other.close();
+    }
     const restarts = await metricValues(relay, 'pgrelay_write_plugin_restarts_total');
     expect(restarts.find((m) => m.labels.reason === 'exit')?.value).toBe(1);
+  });
+
+  it('exits on one event of several sent together: only that one is answered error:', async () => {
+    const exit = post('exit');
+    const others = [post('with it 1'), post('reject:with it'), post('with it 3')];
+    const from = client.mark;
+    for (const e of [exit, ...others]) client.send(['EVENT', e]);
+    const oks = await Promise.all([exit, ...others].map((e) => client.waitFor((m) => m[0] === 'OK' && m[1] === e.id, 10_000, from)));
+    expect(oks.map((m) => [m[2], m[3]])).toEqual([
+      [false, 'error: the write policy plugin exited with code 3 on this event'],
+      [true, ''],
+      [false, 'blocked: with it'],
+      [true, ''],
+    ]);
   });
 
   it('hangs: the event is answered error: after WRITE_POLICY_TIMEOUT_MS, and the plugin is replaced', async () => {
@@ -197,7 +214,7 @@ describe('a write-policy plugin that fails', () => {
     const restarts = await metricValues(relay, 'pgrelay_write_plugin_restarts_total');
     expect(restarts.find((m) => m.labels.reason === 'timeout')?.value).toBe(1);
     const errors = (await metricValues(relay, 'pgrelay_write_plugin_decisions_total')).find((m) => m.labels.action === 'error');
-    expect(errors?.value).toBeGreaterThanOrEqual(3);
+    expect(errors?.value).toBeGreaterThanOrEqual(3); // the two events it exited on, and this one
   });
 });
 
