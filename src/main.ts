@@ -45,7 +45,7 @@ async function main(): Promise<void> {
     // Before the database: a port in use (a second `npm start`, an old relay) costs no PostgreSQL start.
     if (cluster.isPrimary) await checkPortFree(config.PORT, config.HOST);
     // The hot tier's snapshot needs no database: read back while PostgreSQL starts, and checked
-    // against it once the relay runs (store/hot/service.ts).
+    // against it once the relay runs (store/hot/warm-start.ts).
     const tierBytes = hotTierBytes(config.HOT_TIER_MB);
     const snapshot = config.HOT_TIER_SNAPSHOT && tierBytes > 0 ? SnapshotLoad.begin(config.DATA_DIR, tierBytes, log) : undefined;
     // Not yet read back when the relay stops (or fails to start): the file stays for the next start.

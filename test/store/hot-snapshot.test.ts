@@ -1,5 +1,5 @@
-// The hot tier written at stop and read back at start (store/hot/snapshot.ts, restore.ts and
-// HotTierService): a tier read back answers as the tier that was written; at start it is checked
+// The hot tier written at stop and read back at start (store/hot/snapshot.ts, restore.ts,
+// warm-start.ts, through HotTierService): a tier read back answers as the tier that was written; at start it is checked
 // against the database bucket by bucket, so whatever changed while the relay was down (stored,
 // deleted, replaced, by anyone) and whatever changes while it reads is in it, exactly as PostgreSQL
 // answers; a file it cannot trust (damaged, another format, another budget) means the fill instead.

@@ -33,6 +33,17 @@ export const REPLACEABLE_KINDS_SQL = 'kind = 0 OR kind = 3 OR (kind >= 10000 AND
 export const REPLACEABLE_SQL = `SELECT raw FROM events WHERE ${REPLACEABLE_KINDS_SQL}`;
 
 /**
+ * What changed while the fill reads, which its statement's snapshot may not show: ids removed (a row
+ * read later may still hold them), and events stored older than the window then (the rows read
+ * later do not hold them), held as soon as the window reaches their created_at. A snapshot read
+ * back and checked (warm-start.ts) applies the same once its statement snapshot is over.
+ */
+export interface DuringFill {
+  removed: Set<string>;
+  waiting: Map<string, PreparedEvent>;
+}
+
+/**
  * Reads every stored event's raw JSON newest first (created_at DESC, id ASC: the tier's order), in
  * one snapshot, and hands each batch to `onBatch` in order; `onBatch` returns false to stop. While a
  * batch is handed over the next one is already asked for. Resolves true when the table's end was

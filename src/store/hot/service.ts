@@ -8,6 +8,9 @@
 //   filters of authors and replaceable kinds are answered from memory whatever the window. What
 //   other writers commit or delete meanwhile is not in those statements' snapshots: it comes
 //   through the change stream, as always.
+// - Or, with a snapshot folder (HOT_TIER_SNAPSHOT), read back from the snapshot the last stop wrote
+//   and checked against PostgreSQL (warm-start.ts), which also writes it at stop; the fill runs when
+//   there is none, or it cannot be read or is not worth it.
 // - Kept current from the change stream: what this process's writer stored, what the feed read from
 //   other writers (processes, hosts, imports), and what anyone deleted (the feed's `removed`, read
 //   from event_removals: kind 5, replaced versions, vanish, prune, purges, the expiry sweep).
@@ -23,12 +26,10 @@ import type { ChangeFeed } from '../feed.js';
 import { REMOVALS_KEEP_MINUTES } from '../feed.js';
 import type { PreparedEvent } from '../prepared-event.js';
 import type { StoredRow } from '../read.js';
-import { mkdirSync } from 'node:fs';
-import { FILL_BATCH_ROWS, prepareHeld, readBatches, readNewestFirst, REPLACEABLE_SQL } from './fill.js';
-import { bucketPrintsQuery, bucketRange, bucketRowsQuery, differingBuckets, removeUnclaimedSnapshots, snapshotFile, type BucketPrint } from './restore.js';
-import { writeSnapshot } from './snapshot.js';
+import { FILL_BATCH_ROWS, prepareHeld, readBatches, readNewestFirst, REPLACEABLE_SQL, type DuringFill } from './fill.js';
 import { SnapshotLoad } from './snapshot-load.js';
 import { HotTier } from './tier.js';
+import { restoreSnapshot, saveSnapshot } from './warm-start.js';
 
 /** Events evicted per turn of the event loop: about 2.5 ms (4-5 µs each, measured at 1M held). */
 const EVICT_PER_TURN = 500;
@@ -61,16 +62,6 @@ export interface HotTierStats {
   replaceableComplete: boolean;
   /** Where the tier was last filled from: the database (the fill), or a snapshot read back and checked. */
   filledFrom: 'database' | 'snapshot' | undefined;
-}
-
-/**
- * What changed while the fill reads, which its statement's snapshot may not show: ids removed (a row
- * read later may still hold them), and events stored older than the window then (the rows read
- * later do not hold them), held as soon as the window reaches their created_at.
- */
-interface DuringFill {
-  removed: Set<string>;
-  waiting: Map<string, PreparedEvent>;
 }
 
 export class HotTierService {
@@ -123,14 +114,24 @@ export class HotTierService {
     return this;
   }
 
-  /** From the snapshot the last stop wrote, checked against the database; else (or if that fails) by the fill. */
+  /** From the snapshot the last stop wrote, checked against the database (warm-start.ts); else (or if that fails) by the fill. */
   private async begin(snapshot?: SnapshotLoad): Promise<void> {
     const load = snapshot ?? (this.snapshotDir === undefined ? undefined : SnapshotLoad.begin(this.snapshotDir, this.budgetBytes, this.log));
     if (load !== undefined) {
       this.loading = load;
       const generation = ++this.fillGeneration;
+      this.filling = true;
+      // Before the statement snapshot: what is committed after it is announced after this.
+      const during: DuringFill = (this.during = { removed: new Set(), waiting: new Map() });
       try {
-        if (await this.restore(load, generation)) return;
+        const tier = await restoreSnapshot(this.pool, load, during, () => !this.stopped && generation === this.fillGeneration, this.log);
+        if (tier) {
+          this.tier = tier;
+          this.filling = false;
+          this.filledFrom = 'snapshot';
+          this.evictLater();
+          return;
+        }
       } catch (err) {
         if (!this.stopped) this.log.warn({ err: (err as Error).message, file: load.file }, 'hot tier: the snapshot could not be read back; filling from the database');
       } finally {
@@ -138,7 +139,10 @@ export class HotTierService {
         if (this.stopped) load.release();
         else load.done();
         this.loading = undefined;
-        if (generation === this.fillGeneration) this.during = undefined;
+        if (generation === this.fillGeneration) {
+          this.filling = false;
+          this.during = undefined;
+        }
       }
       if (this.stopped || generation !== this.fillGeneration) return;
     }
@@ -150,135 +154,11 @@ export class HotTierService {
    * (not while it fills: the next start fills instead).
    */
   stop(): void {
-    if (!this.stopped && this.snapshotDir !== undefined && !this.filling) this.writeSnapshot(this.snapshotDir);
+    if (!this.stopped && this.snapshotDir !== undefined && !this.filling) saveSnapshot(this.tier, this.snapshotDir, this.log);
     this.stopped = true;
     this.loading?.cancel();
     this.unsubscribe?.();
     clearInterval(this.timer);
-  }
-
-  private writeSnapshot(dir: string): void {
-    const image = this.tier.image();
-    if (!image) return;
-    const started = Date.now();
-    try {
-      mkdirSync(dir, { recursive: true });
-      const bytes = writeSnapshot(snapshotFile(dir), image);
-      const unclaimed = removeUnclaimedSnapshots(dir, performance.timeOrigin);
-      this.log.info(
-        { events: image.events.length, megabytes: Math.round(bytes / 2 ** 20), seconds: (Date.now() - started) / 1000, ...(unclaimed ? { unclaimedRemoved: unclaimed } : {}) },
-        'hot tier snapshot written',
-      );
-    } catch (err) {
-      this.log.warn({ err: (err as Error).message, dir }, 'hot tier: the snapshot could not be written; the next start fills from the database');
-    }
-  }
-
-  /**
-   * A snapshot read back into a new tier while PostgreSQL computes its buckets' figures in one
-   * statement snapshot (restore.ts); the buckets that differ read again in that snapshot, and what the
-   * change stream brought meanwhile applied as the fill applies it. False when the snapshot is not
-   * worth it (another budget, or most of it out of date): the fill runs instead.
-   */
-  private async restore(load: SnapshotLoad, generation: number): Promise<boolean> {
-    let client: pg.PoolClient | undefined;
-    let failed = false;
-    let committed = false;
-    try {
-      const current = () => !this.stopped && generation === this.fillGeneration;
-      this.filling = true;
-      // Before the statement snapshot: what is committed after it is announced after this.
-      const during: DuringFill = (this.during = { removed: new Set(), waiting: new Map() });
-      client = await this.pool.connect();
-      await client.query('BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY');
-      await client.query('SET LOCAL statement_timeout = 0');
-      // The buckets are in the file's header: PostgreSQL sums them while the events are read.
-      const { header } = load;
-      if (!header) {
-        await load.loaded; // throws why it could not be opened
-        return false;
-      }
-      const windowStart = header.windowStart ?? -Infinity;
-      const { bounds, replaceableComplete } = header;
-      const query = bucketPrintsQuery(bounds, windowStart, replaceableComplete);
-      const theirs = client.query<BucketPrint & { bucket: number }>(query.text, query.values);
-      theirs.catch(() => undefined); // awaited below
-      await load.loaded;
-      const loaded = load.take();
-      if (!loaded || !current()) return false;
-      const { tier, prints } = loaded;
-      const builtAt = Date.now();
-      const table = new Map((await theirs).rows.map((r) => [r.bucket, r]));
-      const differing = differingBuckets(prints, table);
-      const answeredAt = Date.now();
-      // Read again, the part that differs would be more than half of what the fill reads: fill.
-      let stale = 0;
-      let total = 0;
-      for (const print of table.values()) total += print.n;
-      for (const b of differing) stale += table.get(b)?.n ?? 0;
-      if (2 * stale > total) {
-        this.log.info({ differingBuckets: differing.length, buckets: bounds.length + 1 }, 'hot tier: most of the snapshot is out of date; filling from the database');
-        return false;
-      }
-      let readAgain = 0;
-      for (const b of differing) {
-        const range = bucketRange(bounds, b);
-        const rows = client.query<{ raw: string }>(bucketRowsQuery(range, windowStart, replaceableComplete));
-        const stored = new Map<string, PreparedEvent>();
-        for (const { raw } of (await rows).rows) {
-          const p = prepareHeld(raw);
-          stored.set(p.event.id, p);
-        }
-        readAgain += stored.size;
-        const gone: string[] = [];
-        for (const e of tier.heldBetween(range[0], range[1])) if (!stored.delete(e.id)) gone.push(e.id);
-        tier.remove(gone);
-        for (const p of stored.values()) this.holdRestored(tier, p, windowStart);
-        if (!current()) throw new Error('stopped');
-      }
-      await client.query('COMMIT');
-      committed = true;
-      // What the change stream brought since the statement snapshot: removals first (an id removed
-      // and stored again since is among the waiting events, forget() having taken it out before).
-      tier.remove(during.removed);
-      for (const p of during.waiting.values()) this.holdRestored(tier, p, windowStart);
-      tier.listUnlisted();
-      this.tier = tier;
-      this.filling = false;
-      this.filledFrom = 'snapshot';
-      this.log.info(
-        {
-          events: tier.size,
-          megabytes: Math.round(tier.bytes / 2 ** 20),
-          windowStart,
-          seconds: (Date.now() - load.startedAt) / 1000,
-          from: 'snapshot',
-          // reading the file, building the lists (both from the moment the file was claimed), then
-          // the database's figures, reading again what differs
-          phases: [loaded.readMs, loaded.buildMs, answeredAt - builtAt, Date.now() - answeredAt].map((ms) => ms / 1000),
-          bucketsReadAgain: differing.length,
-          eventsReadAgain: readAgain,
-        },
-        'hot tier filled',
-      );
-      this.evictLater();
-      return true;
-    } catch (err) {
-      failed = true;
-      throw err;
-    } finally {
-      if (generation === this.fillGeneration) this.filling = false;
-      if (client) {
-        if (!failed && !committed) await client.query('ROLLBACK').catch(() => (failed = true));
-        client.release(failed);
-      }
-    }
-  }
-
-  /** An event the snapshot lacks: held in the window, or below it as the replaceable version it is (when every version is held). */
-  private holdRestored(tier: HotTier, p: PreparedEvent, windowStart: number): void {
-    if (p.event.created_at >= windowStart) tier.add(p);
-    else if (p.kindClass === 'replaceable' && tier.replaceableComplete) tier.preHold(p);
   }
 
   get current(): HotTierStats {

@@ -1,6 +1,6 @@
 // A snapshot read back into a new tier (snapshot.ts), started as early as the process can: it needs
 // no database, so `npm start` begins it before the embedded PostgreSQL is up (main.ts), and the
-// service checks the result against the database once it starts (service.ts, restore.ts).
+// service checks the result against the database once it starts (warm-start.ts, restore.ts).
 import type { Logger } from '../../log.js';
 import { renameSync } from 'node:fs';
 import { dirname } from 'node:path';
