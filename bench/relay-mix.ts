@@ -41,7 +41,7 @@ for --seconds of steady state, after all N connections are open and live.
 
 options:
   --connections LIST   subscriber connections, one run each (default 1000)
-  --relay LIST         pgrelay and/or strfry (default pgrelay); strfry from --strfry, STRFRY_BIN or PATH
+  --relay LIST         pgrelay and/or strfry (default pgrelay); strfry from --strfry, STRFRY_BIN, PATH or load/bin/strfry
   --seconds S          steady state: publishing and REQs (default 60)
   --rate R             events per second, all publishers together (default 20)
   --publishers K       publisher connections (default 4)
@@ -58,7 +58,7 @@ options:
                        (default 2 x N / --connect-rate + 120)
   --hold S             idle hold after the ramp, to measure the relay's memory and idle CPU (default 10)
   --per-process N      subscriber connections per client process (default 16000)
-  --strfry PATH        strfry binary (default $STRFRY_BIN, else strfry on PATH)
+  --strfry PATH        strfry binary (default $STRFRY_BIN, else strfry on PATH, else load/bin/strfry)
   --out DIR            output folder (default bench-out/relay-mix)
 
 Limits of the machine this was written on, which shape the run:
@@ -336,7 +336,9 @@ function findStrfry(o: Options): string {
   const bin = o.strfry ?? process.env.STRFRY_BIN;
   if (bin) return bin;
   for (const dir of (process.env.PATH ?? '').split(':')) if (dir && existsSync(path.join(dir, 'strfry'))) return path.join(dir, 'strfry');
-  throw new Error('strfry not found: give --strfry PATH or set STRFRY_BIN');
+  const installed = path.join(ROOT, 'load', 'bin', 'strfry');
+  if (existsSync(installed)) return installed;
+  throw new Error('strfry not found: give --strfry PATH, set STRFRY_BIN, or unpack a build with npm run interop:install-strfry');
 }
 
 async function startStrfry(o: Options): Promise<Relay> {

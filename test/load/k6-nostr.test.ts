@@ -17,7 +17,9 @@ import { startTestRelay, type TestRelay } from '../support/relay.js';
 const K6 = process.env.K6_NOSTR ?? path.join(packageRoot(), 'load', 'bin', 'k6-nostr');
 const SCRIPT = path.join(packageRoot(), 'load', 'query-native.js');
 const built = existsSync(K6);
-const SKIPPED = 'k6/x/nostr reader (skipped: load/bin/k6-nostr is not built; run npm run load:build-k6-nostr, which needs Go)';
+const SKIPPED = process.env.K6_NOSTR
+  ? `k6/x/nostr reader (skipped: K6_NOSTR=${process.env.K6_NOSTR} does not exist)`
+  : 'k6/x/nostr reader (skipped: load/bin/k6-nostr is not built; run npm run load:build-k6-nostr, which needs Go)';
 if (!built) console.warn(SKIPPED);
 
 interface Run {

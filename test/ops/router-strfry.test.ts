@@ -1,9 +1,10 @@
 // The router and `sync` against a real strfry (the relay whose router and negentropy they follow):
 // down, up and both; catch-up after strfry is killed (events imported into its database while it is
 // down, which no live subscription ever announces) and after the router process is killed; and
-// `npm run cli -- sync` both ways. strfry is found through STRFRY_BIN, else `strfry` on PATH; without
-// it these tests are skipped (the rest of the suite never needs it). Each run gives strfry a database
-// folder and a port of its own.
+// `npm run cli -- sync` both ways. strfry is found through STRFRY_BIN, else `strfry` on PATH, else
+// load/bin/strfry (where `npm run interop:install-strfry` unpacks a build); without it these tests are
+// skipped (the rest of the suite never needs it). Each run gives strfry a database folder and a port of
+// its own.
 import { spawn, type ChildProcess } from 'node:child_process';
 import { accessSync, constants } from 'node:fs';
 import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
@@ -23,22 +24,27 @@ import { routerHostOf } from '../support/router-host.js';
 import { startTestRelay, type TestRelay } from '../support/relay.js';
 import { until } from '../support/wait.js';
 
-function findStrfry(): string | undefined {
-  if (process.env.STRFRY_BIN) return process.env.STRFRY_BIN;
-  for (const dir of (process.env.PATH ?? '').split(path.delimiter)) {
-    const candidate = path.join(dir, 'strfry');
-    try {
-      accessSync(candidate, constants.X_OK);
-      return candidate;
-    } catch {
-      /* not here */
-    }
+function executable(file: string): boolean {
+  try {
+    accessSync(file, constants.X_OK);
+    return true;
+  } catch {
+    return false;
   }
-  return undefined;
+}
+
+/** STRFRY_BIN, else `strfry` on PATH, else load/bin/strfry. */
+function findStrfry(): string | undefined {
+  if (process.env.STRFRY_BIN) return executable(process.env.STRFRY_BIN) ? process.env.STRFRY_BIN : undefined;
+  const onPath = (process.env.PATH ?? '').split(path.delimiter).filter(Boolean).map((dir) => path.join(dir, 'strfry'));
+  return [...onPath, path.join(packageRoot(), 'load', 'bin', 'strfry')].find(executable);
 }
 
 const STRFRY = findStrfry();
-if (!STRFRY) console.warn('router-strfry.test.ts: skipped: no strfry found (set STRFRY_BIN to its binary, or put strfry on PATH)');
+const SKIPPED = process.env.STRFRY_BIN
+  ? `with a real strfry (skipped: STRFRY_BIN=${process.env.STRFRY_BIN} is not an executable file)`
+  : 'with a real strfry (skipped: no strfry on PATH or at load/bin/strfry; run npm run interop:install-strfry, or set STRFRY_BIN to a strfry binary)';
+if (!STRFRY) console.warn(SKIPPED);
 const WAIT_MS = 30_000; // generous: only to catch a hang
 const CLI = path.join(packageRoot(), 'dist/src/cli/main.js');
 const FAST = { reconnectMs: [30, 80] as [number, number], checkpointMs: 100, reloadMs: 50, keepAliveMs: 5000 };
@@ -120,7 +126,7 @@ async function publish(url: string, events: NostrEvent[]): Promise<void> {
   client.close();
 }
 
-describe.skipIf(!STRFRY)(`with a real strfry (${STRFRY ?? 'none found: set STRFRY_BIN or put strfry on PATH; skipped'})`, () => {
+describe.skipIf(!STRFRY)(STRFRY ? `with a real strfry (${STRFRY})` : SKIPPED, () => {
   let dir: string;
   let strfry: Strfry;
   let local: TestRelay;
