@@ -92,21 +92,15 @@ function answer(event: NostrEvent, outcome: Outcome, why = ''): Answer {
   return { id: event.id, event, outcome, accepted, reason: why };
 }
 
-/** A plugin verdict that is a fault of the plugin (down, timed out, busy), not a decision about the event. */
-function isFault(verdict: PluginVerdict): boolean {
-  return verdict.action === 'reject' && (verdict.msg.startsWith('error:') || verdict.msg.startsWith('rate-limited:'));
-}
-
 /**
  * A plugin's verdict on an event: the one place a plugin is asked. With `retry`, a fault is asked
  * again a few times (a plugin restarting, busy) before it stands. Also asked by the router's
  * pluginUp about the events it sends.
  */
-export async function askPlugin(plugin: WritePlugin, event: NostrEvent, source: PluginSource, faults: EventSource['faults']): Promise<PluginVerdict & { fault: boolean }> {
+export async function askPlugin(plugin: WritePlugin, event: NostrEvent, source: PluginSource, faults: EventSource['faults']): Promise<PluginVerdict> {
   for (let attempt = 0; ; attempt++) {
     const verdict = await plugin.decide(event, source);
-    const fault = isFault(verdict);
-    if (!fault || faults === 'answer' || attempt >= PLUGIN_FAULT_RETRIES) return { ...verdict, fault };
+    if (!verdict.fault || faults === 'answer' || attempt >= PLUGIN_FAULT_RETRIES) return verdict;
     await sleep(PLUGIN_FAULT_FIRST_PAUSE_MS << attempt);
   }
 }

@@ -17,6 +17,8 @@ export type PluginAction = 'accept' | 'reject' | 'shadowReject';
 export interface PluginVerdict {
   action: PluginAction;
   msg: string;
+  /** Set when no plugin decided: it died, hung or was busy, or the relay is closing (action reject, msg `error:` or `rate-limited:`). */
+  fault?: true;
 }
 
 /** A line from the plugin that names an event; action is undefined when it is none of the three. */

@@ -379,7 +379,7 @@ export class WritePlugin {
     }
     if (request.suspect) this.suspectsOpen--;
     this.settings.onDecision?.(action ?? 'error', (performance.now() - request.started) / 1000);
-    const verdict: PluginVerdict = { action: action ?? 'reject', msg };
+    const verdict: PluginVerdict = action === undefined ? { action: 'reject', msg, fault: true } : { action, msg };
     request.resolve(verdict);
     if (request.also) for (const resolve of request.also) resolve(verdict);
     if (this.waiting() > 0) this.pump();
@@ -388,7 +388,7 @@ export class WritePlugin {
   /** A verdict that never reached the plugin: counted as an error, answered at once. */
   private fault(msg: string): Promise<PluginVerdict> {
     this.settings.onDecision?.('error', 0);
-    return Promise.resolve({ action: 'reject', msg });
+    return Promise.resolve({ action: 'reject', msg, fault: true });
   }
 
   // --- bookkeeping ---------------------------------------------------------------------------------
