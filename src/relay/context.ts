@@ -9,7 +9,6 @@ import type { WritePlugin } from '../policy/write-plugin.js';
 import type { ChangeStream } from '../store/changes.js';
 import type { ChangeFeed } from '../store/feed.js';
 import type { HotTierService } from '../store/hot/service.js';
-import type { WebhookOutbox } from '../store/outbox.js';
 import type { ReadRouter } from '../store/replicas.js';
 import type { EventWriter } from '../store/writer.js';
 import type { RelayMetrics } from './metrics.js';
@@ -42,8 +41,6 @@ export interface RelayContext {
   /** The newest events in memory (HOT_TIER_MB; store/hot): answers REQs inside its window. */
   tier: HotTierService | undefined;
   metrics: RelayMetrics;
-  /** Webhooks' outbox (store/outbox.ts): the writer's, also used for ephemeral events. */
-  outbox: WebhookOutbox;
   /** The operator's write-policy plugin (WRITE_POLICY_PLUGIN): one child per process, asked by admission. */
   writePlugin: WritePlugin | undefined;
   /** NIP-77: records held by this process's negentropy sessions (NEGENTROPY_MAX_TOTAL_RECORDS). */

@@ -130,7 +130,7 @@ export async function startRelay(config: Config, db: PrimaryDatabase, log: Logge
     plugin: { onDecision: (action, seconds) => metrics.pluginDecision(action, seconds), onRestart: (why) => metrics.pluginRestart(why) },
     closing: () => ctx.closing,
   });
-  const { moderation, policy, changes, feed, outbox, writer, verifier, plugin: writePlugin } = side;
+  const { moderation, policy, changes, feed, writer, verifier, plugin: writePlugin } = side;
   const { limits } = policy;
   // The newest events in memory, kept current from the change stream (store/hot/service.ts).
   const tier = tierBytes > 0 ? new HotTierService(pool, changes, feed, log, tierBytes, undefined, undefined, config.HOT_TIER_SNAPSHOT ? config.DATA_DIR : undefined).start(options.snapshot) : undefined;
@@ -158,7 +158,6 @@ export async function startRelay(config: Config, db: PrimaryDatabase, log: Logge
     tier,
     metrics,
     negentropy,
-    outbox,
     writePlugin,
     closing: false,
   };

@@ -6,7 +6,6 @@
 // skipped (the rest of the suite never needs it). Each run gives strfry a database folder and a port of
 // its own.
 import { spawn, type ChildProcess } from 'node:child_process';
-import { accessSync, constants } from 'node:fs';
 import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -22,22 +21,13 @@ import { TestClient } from '../support/client.js';
 import { newSigner, now } from '../support/keys.js';
 import { routerHostOf } from '../support/router-host.js';
 import { startTestRelay, type TestRelay } from '../support/relay.js';
+import { findExecutable } from '../support/executables.js';
 import { until } from '../support/wait.js';
 
-function executable(file: string): boolean {
-  try {
-    accessSync(file, constants.X_OK);
-    return true;
-  } catch {
-    return false;
-  }
-}
 
 /** STRFRY_BIN, else `strfry` on PATH, else load/bin/strfry. */
 function findStrfry(): string | undefined {
-  if (process.env.STRFRY_BIN) return executable(process.env.STRFRY_BIN) ? process.env.STRFRY_BIN : undefined;
-  const onPath = (process.env.PATH ?? '').split(path.delimiter).filter(Boolean).map((dir) => path.join(dir, 'strfry'));
-  return [...onPath, path.join(packageRoot(), 'load', 'bin', 'strfry')].find(executable);
+  return findExecutable('STRFRY_BIN', 'strfry', [path.join(packageRoot(), 'load', 'bin', 'strfry')]);
 }
 
 const STRFRY = findStrfry();

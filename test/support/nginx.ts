@@ -4,32 +4,23 @@
 // listen address, the certificate paths and the upstream port are rewritten, and a rewrite that
 // finds nothing to replace fails loudly instead of testing something else.
 import { spawn, type ChildProcess } from 'node:child_process';
-import { accessSync, constants, existsSync, readFileSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { connect, createServer, type AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { findExecutable } from './executables.js';
 
 export const DEPLOY_DOC = fileURLToPath(new URL('../../docs/deploy.md', import.meta.url));
 
 const START_TIMEOUT_MS = 10_000;
 const STOP_TIMEOUT_MS = 5_000;
 
-function executable(file: string): boolean {
-  try {
-    accessSync(file, constants.X_OK);
-    return true;
-  } catch {
-    return false;
-  }
-}
 
 /** The nginx binary: NGINX_BIN, else `nginx` on PATH, else /usr/sbin/nginx (Debian's, often not on a user's PATH). */
 export function findNginx(): string | undefined {
-  if (process.env.NGINX_BIN) return executable(process.env.NGINX_BIN) ? process.env.NGINX_BIN : undefined;
-  const onPath = (process.env.PATH ?? '').split(path.delimiter).filter(Boolean).map((dir) => path.join(dir, 'nginx'));
-  return [...onPath, '/usr/sbin/nginx'].find(executable);
+  return findExecutable('NGINX_BIN', 'nginx', ['/usr/sbin/nginx']);
 }
 
 export interface SiteOptions {
