@@ -7,6 +7,7 @@ import { rm } from 'node:fs/promises';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { TestClient } from '../support/client.js';
+import { skipWithout } from '../support/executables.js';
 import { newSigner } from '../support/keys.js';
 import { findNginx, startNginx, type NginxProxy } from '../support/nginx.js';
 import { startTestRelay, type TestRelay } from '../support/relay.js';
@@ -17,9 +18,8 @@ const nginxBin = findNginx();
 const SKIPPED = process.env.NGINX_BIN
   ? `wss through nginx (skipped: NGINX_BIN=${process.env.NGINX_BIN} is not an executable file)`
   : 'wss through nginx (skipped: nginx not installed; run npm run deploy:install-nginx)';
-if (!nginxBin) console.warn(SKIPPED);
 
-describe.skipIf(!nginxBin)(nginxBin ? 'wss through nginx (docs/deploy.md)' : SKIPPED, () => {
+describe.skipIf(skipWithout(nginxBin !== undefined, SKIPPED))(nginxBin ? 'wss through nginx (docs/deploy.md)' : SKIPPED, () => {
   let relay: TestRelay | undefined;
   let cert: TestCertificate;
   let proxy: NginxProxy | undefined;

@@ -21,7 +21,7 @@ import { TestClient } from '../support/client.js';
 import { newSigner, now } from '../support/keys.js';
 import { routerHostOf } from '../support/router-host.js';
 import { startTestRelay, type TestRelay } from '../support/relay.js';
-import { findExecutable } from '../support/executables.js';
+import { findExecutable, skipWithout } from '../support/executables.js';
 import { until } from '../support/wait.js';
 
 
@@ -34,7 +34,6 @@ const STRFRY = findStrfry();
 const SKIPPED = process.env.STRFRY_BIN
   ? `with a real strfry (skipped: STRFRY_BIN=${process.env.STRFRY_BIN} is not an executable file)`
   : 'with a real strfry (skipped: no strfry on PATH or at load/bin/strfry; run npm run interop:install-strfry, or set STRFRY_BIN to a strfry binary)';
-if (!STRFRY) console.warn(SKIPPED);
 const WAIT_MS = 30_000; // generous: only to catch a hang
 const CLI = path.join(packageRoot(), 'dist/src/cli/main.js');
 const FAST = { reconnectMs: [30, 80] as [number, number], checkpointMs: 100, reloadMs: 50, keepAliveMs: 5000 };
@@ -116,7 +115,7 @@ async function publish(url: string, events: NostrEvent[]): Promise<void> {
   client.close();
 }
 
-describe.skipIf(!STRFRY)(STRFRY ? `with a real strfry (${STRFRY})` : SKIPPED, () => {
+describe.skipIf(skipWithout(STRFRY !== undefined, SKIPPED))(STRFRY ? `with a real strfry (${STRFRY})` : SKIPPED, () => {
   let dir: string;
   let strfry: Strfry;
   let local: TestRelay;

@@ -19,3 +19,15 @@ export function findExecutable(variable: string, name: string, fallbacks: string
   const onPath = (process.env.PATH ?? '').split(path.delimiter).filter(Boolean).map((dir) => path.join(dir, name));
   return [...onPath, ...fallbacks].find(executable);
 }
+
+/**
+ * A test file that needs an optional peer skips without it, saying why; where the peers must be
+ * there (CI sets REQUIRE_PEERS=1 after installing them), it fails instead, so nothing is skipped
+ * unnoticed.
+ */
+export function skipWithout(found: boolean, why: string): boolean {
+  if (found) return false;
+  if (process.env.REQUIRE_PEERS === '1') throw new Error(`${why} (REQUIRE_PEERS=1: this run needs every optional peer)`);
+  console.warn(why);
+  return true;
+}
