@@ -110,10 +110,6 @@ type Judged = { prepared: PreparedEvent } | { refusal: Answer };
 export class Admission {
   constructor(private readonly parts: AdmissionParts) {}
 
-  get policy(): Policy {
-    return this.parts.policy;
-  }
-
   /** The same steps into another sink (an import's phase that loads in bulk). */
   withSink(sink: EventSink): Admission {
     return new Admission({ ...this.parts, sink });
