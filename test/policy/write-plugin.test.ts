@@ -147,7 +147,7 @@ describe('a write-policy plugin', () => {
     const { plugin, logs, restarts } = harness(SCRIPTED);
     await plugin.decide(event('first'), client);
     const firstPid = plugin.state().pid;
-    expect(await plugin.decide(event('exit'), client)).toEqual({ action: 'reject', msg: 'error: the write policy plugin exited with code 3 on this event' });
+    expect(await plugin.decide(event('exit'), client)).toEqual({ action: 'reject', msg: 'error: the write policy plugin exited with code 3 on this event', fault: true });
     expect(restarts).toEqual(['exit']);
     expect(plugin.state()).toMatchObject({ running: false, restarts: 1, inFlight: 0, lastError: 'exited with code 3' });
     expect(await plugin.decide(event('again'), client)).toEqual({ action: 'accept', msg: '' });
@@ -174,7 +174,7 @@ describe('a write-policy plugin', () => {
     const verdicts = await Promise.all(contents.map((c) => plugin.decide(event(c), client)));
     expect(verdicts).toEqual(
       contents.map((c) =>
-        c === 'exit' ? { action: 'reject', msg: 'error: the write policy plugin exited with code 3 on this event' } : { action: c === 'shadow' ? 'shadowReject' : 'accept', msg: '' },
+        c === 'exit' ? { action: 'reject', msg: 'error: the write policy plugin exited with code 3 on this event', fault: true } : { action: c === 'shadow' ? 'shadowReject' : 'accept', msg: '' },
       ),
     );
     // Once with all of them in flight, once alone with the event that kills it.
@@ -188,7 +188,7 @@ describe('a write-policy plugin', () => {
     await until(() => restarts.length >= 1, 'the first start to fail');
     const before = restarts.length;
     const verdicts = await Promise.all([plugin.decide(event('a'), client), plugin.decide(event('b'), client), plugin.decide(event('c'), client)]);
-    expect(verdicts).toEqual(Array(3).fill({ action: 'reject', msg: 'error: the write policy plugin is not running (exited with code 3)' }));
+    expect(verdicts).toEqual(Array(3).fill({ action: 'reject', msg: 'error: the write policy plugin is not running (exited with code 3)', fault: true }));
     // Started again while they waited, but a few times, not in a loop: 100 ms doubling between starts.
     expect(restarts.length).toBeGreaterThan(before);
     expect(restarts.length).toBeLessThanOrEqual(8);
@@ -219,7 +219,7 @@ describe('a write-policy plugin', () => {
     const release = path.join(dir, `release-${counter++}`);
     const hung = plugin.decide(event('hang'), client);
     const other = plugin.decide(event(`wait-for:${release}`), client); // written after it, so it expires after it
-    expect(await hung).toEqual({ action: 'reject', msg: 'error: the write policy plugin did not answer within 1500 ms' });
+    expect(await hung).toEqual({ action: 'reject', msg: 'error: the write policy plugin did not answer within 1500 ms', fault: true });
     writeFileSync(release, '');
     expect(await other).toEqual({ action: 'reject', msg: 'version ' }); // the new process's verdict
     expect(restarts).toEqual(['timeout']);
@@ -232,8 +232,8 @@ describe('a write-policy plugin', () => {
     await plugin.decide(event('first'), client);
     const verdicts = await Promise.all([plugin.decide(event('hang'), client), plugin.decide(event('hang'), client), plugin.decide(event('fine'), client)]);
     expect(verdicts).toEqual([
-      { action: 'reject', msg: 'error: the write policy plugin did not answer within 1500 ms' },
-      { action: 'reject', msg: 'error: the write policy plugin did not answer within 1500 ms' },
+      { action: 'reject', msg: 'error: the write policy plugin did not answer within 1500 ms', fault: true },
+      { action: 'reject', msg: 'error: the write policy plugin did not answer within 1500 ms', fault: true },
       { action: 'accept', msg: '' },
     ]);
     expect(restarts).toEqual(['timeout', 'timeout']);
@@ -247,9 +247,9 @@ describe('a write-policy plugin', () => {
     await until(() => restarts.length >= 1, 'the plugin to exit');
     writeFileSync(release, '');
     expect(await verdicts).toEqual([
-      { action: 'reject', msg: 'error: the write policy plugin did not answer within 1500 ms' },
+      { action: 'reject', msg: 'error: the write policy plugin did not answer within 1500 ms', fault: true },
       { action: 'reject', msg: 'version ' },
-      { action: 'reject', msg: 'error: the write policy plugin exited with code 3 on this event' },
+      { action: 'reject', msg: 'error: the write policy plugin exited with code 3 on this event', fault: true },
     ]);
     expect(restarts).toEqual(['exit', 'timeout', 'exit']);
   });
@@ -257,7 +257,7 @@ describe('a write-policy plugin', () => {
   it('skips lines that are not answers, and answers error: to an unknown action', async () => {
     const { plugin, logs, restarts } = harness(SCRIPTED);
     expect(await plugin.decide(event('garbage'), client)).toEqual({ action: 'accept', msg: '' });
-    expect(await plugin.decide(event('bad-action'), client)).toEqual({ action: 'reject', msg: 'error: the write policy plugin gave an unknown action' });
+    expect(await plugin.decide(event('bad-action'), client)).toEqual({ action: 'reject', msg: 'error: the write policy plugin gave an unknown action', fault: true });
     const ignored = logs.map((l) => l.msg).filter((m) => typeof m === 'string' && m.startsWith('write policy plugin: ignored'));
     expect(ignored).toEqual([
       'write policy plugin: ignored not JSON',
@@ -282,7 +282,7 @@ describe('a write-policy plugin', () => {
   it('keeps events waiting for a plugin file that does not exist: error: after the timeout, and judged once it does', async () => {
     const file = path.join(dir, `later-${counter++}.js`);
     const { plugin, restarts } = harness(file, 1000);
-    expect(await plugin.decide(event('x'), client)).toEqual({ action: 'reject', msg: `error: the write policy plugin is not running (could not start: ${file} does not exist)` });
+    expect(await plugin.decide(event('x'), client)).toEqual({ action: 'reject', msg: `error: the write policy plugin is not running (could not start: ${file} does not exist)`, fault: true });
     expect(plugin.state()).toMatchObject({ running: false, lastError: `could not start: ${file} does not exist` });
     expect(restarts.length).toBeGreaterThan(1); // tried again while the event waited
     expect(new Set(restarts)).toEqual(new Set(['spawn']));
@@ -323,7 +323,7 @@ describe('a write-policy plugin', () => {
     const verdicts: Array<Promise<{ action: string; msg: string }>> = [];
     for (let i = 0; i < MAX_IN_FLIGHT + MAX_QUEUED; i++) verdicts.push(plugin.decide(e, { type: 'IP4', info: `source ${i}` }));
     expect(plugin.state()).toMatchObject({ inFlight: MAX_IN_FLIGHT + MAX_QUEUED, queued: MAX_QUEUED });
-    expect(await plugin.decide(e, { type: 'IP4', info: 'one too many' })).toEqual({ action: 'reject', msg: 'rate-limited: the write policy plugin is busy, try again shortly' });
+    expect(await plugin.decide(e, { type: 'IP4', info: 'one too many' })).toEqual({ action: 'reject', msg: 'rate-limited: the write policy plugin is busy, try again shortly', fault: true });
     await until(() => requests.lines().length === MAX_IN_FLIGHT, 'the plugin to read what was written');
     await plugin.close();
     expect(requests.lines()).toHaveLength(MAX_IN_FLIGHT); // the queue never reached it
@@ -337,7 +337,7 @@ describe('a write-policy plugin', () => {
     const pid = plugin.state().pid!;
     const waiting = plugin.decide(event('hold'), client);
     await plugin.close();
-    expect(await waiting).toEqual({ action: 'reject', msg: 'error: the relay is closing' });
+    expect(await waiting).toEqual({ action: 'reject', msg: 'error: the relay is closing', fault: true });
     expect(() => process.kill(pid, 0)).toThrow();
     expect((await plugin.decide(event('late'), client)).msg).toBe('error: the relay is closing');
   });
