@@ -196,7 +196,7 @@ export async function startRelay(config: Config, db: PrimaryDatabase, log: Logge
   if (!config.RELAY_URL)
     log.warn('RELAY_URL is not set: NIP-42 AUTH checks the relay tag against the Host header the client sends; set RELAY_URL (e.g. wss://relay.example.com) on a public relay');
 
-  const info = () => relayInformation(config, limits, moderation.current.relayInfo);
+  const info = () => relayInformation(config, policy);
   const status = config.STATUS_PAGE
     ? new StatusSampler({
         metrics,
