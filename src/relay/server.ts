@@ -85,6 +85,7 @@ export function rateLimitsFrom(config: Config): RateLimitSettings {
     connectionsPerMinute: config.RATE_LIMIT_CONNECTIONS_PER_MINUTE,
     connectionsBurst: config.RATE_LIMIT_CONNECTIONS_BURST,
     maxConnectionsPerAddress: config.MAX_CONNECTIONS_PER_ADDRESS,
+    maxPendingBytesPerAddress: config.MAX_PENDING_BYTES_PER_ADDRESS,
     disconnectAfter: config.RATE_LIMIT_DISCONNECT_AFTER,
     exempt: config.RATE_LIMIT_EXEMPT,
   };
