@@ -286,18 +286,21 @@ export class Connection {
     }
   }
 
+  /** OK false for the id the input claims, or a NOTICE when it claims none. */
+  private refuseEvent(input: unknown, why: string): void {
+    const id = claimedId(input);
+    this.send(id !== undefined ? okMessage(id, false, why) : noticeMessage(why));
+  }
+
   /** `bytes`: the size of the message that carried it. */
   private async onEvent(input: unknown, bytes: number): Promise<void> {
     // Backpressure: a publisher may have only so many events awaiting their OK, on this connection
     // and in bytes over all its address's connections.
-    const refuse = (why: string) => {
-      const id = claimedId(input);
-      this.send(id !== undefined ? okMessage(id, false, why) : noticeMessage(why));
-    };
     if (this.pendingEvents >= this.ctx.limits.maxPendingEvents)
-      return refuse(reason.rateLimited(`more than ${this.ctx.limits.maxPendingEvents} events awaiting OK on this connection`));
+      return this.refuseEvent(input, reason.rateLimited(`more than ${this.ctx.limits.maxPendingEvents} events awaiting OK on this connection`));
     const release = this.budget.holdPending(bytes, this.session.pubkeys);
-    if (!release) return refuse(reason.rateLimited(`more than ${this.ctx.config.MAX_PENDING_BYTES_PER_ADDRESS} bytes of events awaiting OK from this address`));
+    if (!release)
+      return this.refuseEvent(input, reason.rateLimited(`more than ${this.ctx.config.MAX_PENDING_BYTES_PER_ADDRESS} bytes of events awaiting OK from this address`));
     const started = performance.now();
     this.pendingEvents++;
     let result;
