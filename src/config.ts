@@ -174,6 +174,11 @@ const ingest = section('Ingest pipeline', undefined, {
     'Events awaiting their OK on one connection; past it, `OK false "rate-limited: …"`. Above the event burst, so that a client may send a whole burst without waiting for its OKs.',
     { unit: 'events', example: '2000' },
   ),
+  MAX_PENDING_BYTES_PER_ADDRESS: documented(
+    int(0).default(16 * 1024 * 1024),
+    'Bytes of EVENT messages awaiting their OK from one client address (IPv6: its /64), over all its connections; past it, `OK false "rate-limited: …"`. An event holds a multiple of its size in memory until its OK (docs/security.md), and MAX_PENDING_EVENTS counts per connection while an address may open MAX_CONNECTIONS_PER_ADDRESS of them. One event always gets through; RATE_LIMIT_EXEMPT addresses and keys are not counted; 0 is no cap.',
+    { unit: 'bytes', example: '8388608' },
+  ),
 });
 
 const plugins = section(

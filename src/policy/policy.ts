@@ -47,6 +47,19 @@ export function policyFrom(config: Config, moderation: ModerationSource = static
   return { limits, write, read, moderation, relay: config.RELAY_URL === undefined ? undefined : relayIdentity(config.RELAY_URL) };
 }
 
+/**
+ * NIP-11 `restricted_writes`: whether publishing takes a condition beyond the protocol's that a user
+ * is expected to know of: proof of work, AUTH (AUTH_REQUIRED=writes or all), an allow list of pubkeys
+ * or of kinds. Read on every request, since the lists change while the relay runs. Not counted: bans
+ * and blocked addresses, rate limits and the size and time limits (the anti-spam NIP-11 leaves out,
+ * the limits announced on their own), and a write-policy plugin, which may be a whitelist or only a
+ * spam filter: the relay cannot tell, and a client that reads true may not publish here at all.
+ */
+export function writesRestricted(policy: Policy, authRequired: Config['AUTH_REQUIRED']): boolean {
+  const lists = policy.moderation.current;
+  return policy.limits.minPowDifficulty > 0 || authRequired !== 'none' || lists.allowedPubkeys.size > 0 || lists.allowedKinds.size > 0;
+}
+
 /** The first write rule's refusal, or undefined when every rule lets the event through. */
 export function checkWrite(policy: Policy, event: NostrEvent, session: Session, now: number): Reason | undefined {
   for (const rule of policy.write) {

@@ -224,7 +224,7 @@ export class Connection {
     if (m.type !== 'CLOSE' && m.type !== 'NEG-MSG' && m.type !== 'NEG-CLOSE' && !this.withinBudget(m)) return this.overBudget(m);
     switch (m.type) {
       case 'EVENT':
-        return this.onEvent(m.event);
+        return this.onEvent(m.event, data.length);
       case 'REQ':
         return this.onReq(m.subId, m.filters);
       case 'COUNT':
@@ -286,13 +286,21 @@ export class Connection {
     }
   }
 
-  private async onEvent(input: unknown): Promise<void> {
-    // Backpressure: a publisher may have only so many events awaiting their OK.
-    if (this.pendingEvents >= this.ctx.limits.maxPendingEvents) {
-      const id = claimedId(input);
-      const why = reason.rateLimited(`more than ${this.ctx.limits.maxPendingEvents} events awaiting OK on this connection`);
-      return this.send(id !== undefined ? okMessage(id, false, why) : noticeMessage(why));
-    }
+  /** OK false for the id the input claims, or a NOTICE when it claims none. */
+  private refuseEvent(input: unknown, why: string): void {
+    const id = claimedId(input);
+    this.send(id !== undefined ? okMessage(id, false, why) : noticeMessage(why));
+  }
+
+  /** `bytes`: the size of the message that carried it. */
+  private async onEvent(input: unknown, bytes: number): Promise<void> {
+    // Backpressure: a publisher may have only so many events awaiting their OK, on this connection
+    // and in bytes over all its address's connections.
+    if (this.pendingEvents >= this.ctx.limits.maxPendingEvents)
+      return this.refuseEvent(input, reason.rateLimited(`more than ${this.ctx.limits.maxPendingEvents} events awaiting OK on this connection`));
+    const release = this.budget.holdPending(bytes, this.session.pubkeys);
+    if (!release)
+      return this.refuseEvent(input, reason.rateLimited(`more than ${this.ctx.config.MAX_PENDING_BYTES_PER_ADDRESS} bytes of events awaiting OK from this address`));
     const started = performance.now();
     this.pendingEvents++;
     let result;
@@ -300,6 +308,7 @@ export class Connection {
       result = await this.ctx.admission.admit(input, clientSource(this.session));
     } finally {
       this.pendingEvents--;
+      release();
     }
     if (result.id === undefined) this.send(noticeMessage(result.reason));
     else this.send(okMessage(result.id, result.accepted, result.reason));

@@ -111,6 +111,8 @@ export interface RateLimitSettings {
   connectionsBurst: number;
   /** Open connections per address; 0 = no cap. */
   maxConnectionsPerAddress: number;
+  /** Bytes of EVENT messages awaiting their OK per address, over all its connections; 0 = no cap. */
+  maxPendingBytesPerAddress: number;
   /** Disconnect a connection refused more than this many times within 10 s; 0 = never. */
   disconnectAfter: number;
   /** 64-hex pubkeys, IP addresses and CIDR blocks that no limit applies to. */
@@ -129,7 +131,14 @@ export interface ConnectionBudget {
   allowQuery(pubkeys: ReadonlySet<string>, now?: number): boolean;
   /** Counts a refused message; true when the connection must now be closed (see ConnectionStrikes). */
   refused(now?: number): boolean;
+  /**
+   * An EVENT message of `bytes` now awaiting its OK, counted against its address: the function that
+   * releases it once answered, or undefined (counting nothing) when it would pass the address's cap.
+   */
+  holdPending(bytes: number, pubkeys: ReadonlySet<string>): (() => void) | undefined;
 }
+
+const nothingHeld = (): void => undefined;
 
 const STRIKE_WINDOW_MS = 10_000;
 
@@ -164,6 +173,7 @@ export class RateLimiter {
   private readonly queries: Budget;
   private readonly connections: TokenBuckets;
   private readonly open = new Map<string, number>(); // address key → open connections; never 0
+  private readonly pending = new Map<string, number>(); // address key → bytes awaiting OK; never 0
   private readonly exemptPubkeys: ReadonlySet<string>;
   private readonly exemptAddresses: AddressList | undefined;
 
@@ -204,6 +214,25 @@ export class RateLimiter {
       allowEvent: (pubkeys, now = clock()) => this.allow(this.events, key, exempt, pubkeys, now),
       allowQuery: (pubkeys, now = clock()) => this.allow(this.queries, key, exempt, pubkeys, now),
       refused: (now) => strikes.refused(now),
+      holdPending: (bytes, pubkeys) => this.holdPending(key, exempt || this.hasExemptPubkey(pubkeys), bytes),
+    };
+  }
+
+  /**
+   * MAX_PENDING_EVENTS counts per connection, and an address may open many: this counts the bytes
+   * per address, since the memory an event holds until its OK grows with its size. The first event
+   * is let through whatever its size, so a cap below MAX_MESSAGE_BYTES cannot refuse everything.
+   */
+  private holdPending(key: string, exempt: boolean, bytes: number): (() => void) | undefined {
+    const cap = this.settings.maxPendingBytesPerAddress;
+    if (cap === 0 || exempt) return nothingHeld;
+    const held = this.pending.get(key) ?? 0;
+    if (held > 0 && held + bytes > cap) return undefined;
+    this.pending.set(key, held + bytes);
+    return () => {
+      const left = (this.pending.get(key) ?? 0) - bytes;
+      if (left <= 0) this.pending.delete(key);
+      else this.pending.set(key, left);
     };
   }
 

@@ -78,6 +78,7 @@ export function rateLimitsFrom(config: Config): RateLimitSettings {
     connectionsPerMinute: config.RATE_LIMIT_CONNECTIONS_PER_MINUTE,
     connectionsBurst: config.RATE_LIMIT_CONNECTIONS_BURST,
     maxConnectionsPerAddress: config.MAX_CONNECTIONS_PER_ADDRESS,
+    maxPendingBytesPerAddress: config.MAX_PENDING_BYTES_PER_ADDRESS,
     disconnectAfter: config.RATE_LIMIT_DISCONNECT_AFTER,
     exempt: config.RATE_LIMIT_EXEMPT,
   };
@@ -175,7 +176,7 @@ export async function startRelay(config: Config, db: PrimaryDatabase, log: Logge
   if (!config.RELAY_URL)
     log.warn('RELAY_URL is not set: NIP-42 AUTH checks the relay tag against the Host header the client sends; set RELAY_URL (e.g. wss://relay.example.com) on a public relay');
 
-  const info = () => relayInformation(config, limits, moderation.current.relayInfo);
+  const info = () => relayInformation(config, policy);
   const status = config.STATUS_PAGE
     ? new StatusSampler({
         metrics,

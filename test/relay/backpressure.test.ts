@@ -1,5 +1,7 @@
+import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { TestClient } from '../support/client.js';
+import { unique } from '../support/events.js';
 import { newSigner } from '../support/keys.js';
 import { startTestRelay, type TestRelay } from '../support/relay.js';
 
@@ -28,5 +30,46 @@ describe('ingest backpressure', () => {
     // Each event got exactly one OK.
     expect(client.messages.filter((m) => m[0] === 'OK').length).toBe(60);
     client.close();
+  });
+});
+
+describe('bytes awaiting OK per address', () => {
+  it('answers events that would take an address past MAX_PENDING_BYTES_PER_ADDRESS with rate-limited:, over all its connections', async () => {
+    const alice = newSigner();
+    const events = Array.from({ length: 8 }, () => alice.sign({ content: unique('pending').padEnd(3000, '.') }));
+    const size = Buffer.byteLength(JSON.stringify(['EVENT', events[0]]));
+    expect(events.every((e) => Buffer.byteLength(JSON.stringify(['EVENT', e])) === size)).toBe(true);
+    const cap = 5 * size + Math.floor(size / 2); // room for five of these messages and a half
+    const capped = await startTestRelay({ MAX_PENDING_BYTES_PER_ADDRESS: String(cap), QUERY_TIMEOUT_MS: '60000' });
+    // Another session holds the events table, so every accepted event waits for the writer, unanswered.
+    const blocker = new pg.Client({ connectionString: capped.db.url });
+    await blocker.connect();
+    await blocker.query('BEGIN');
+    await blocker.query('LOCK TABLE events IN ACCESS EXCLUSIVE MODE');
+    const [a, b] = [await TestClient.connect(capped.url), await TestClient.connect(capped.url)];
+    try {
+      for (const e of events.slice(0, 4)) a.send(['EVENT', e]);
+      // A reply to a later message: the four before it are read and awaiting OK.
+      const mark = a.mark;
+      a.send('not json');
+      await a.notice(mark);
+      for (const e of events.slice(4)) b.send(['EVENT', e]);
+      const refused = await Promise.all(events.slice(5).map((e) => b.waitFor((m) => m[0] === 'OK' && m[1] === e.id)));
+      expect(refused.map((m) => [m[2], m[3]])).toEqual(
+        Array(3).fill([false, `rate-limited: more than ${cap} bytes of events awaiting OK from this address`]),
+      );
+    } finally {
+      await blocker.query('ROLLBACK');
+      await blocker.end();
+    }
+    const accepted = await Promise.all([
+      ...events.slice(0, 4).map((e) => a.waitFor((m) => m[0] === 'OK' && m[1] === e.id)),
+      b.waitFor((m) => m[0] === 'OK' && m[1] === events[4].id),
+    ]);
+    expect(accepted.map((m) => m[2])).toEqual([true, true, true, true, true]);
+    expect(await a.count('stored', { authors: [alice.pubkey] })).toBe(5);
+    a.close();
+    b.close();
+    await capped.close();
   });
 });

@@ -2,6 +2,9 @@
 // `Accept: application/nostr+json`, with CORS headers, announcing the limits actually configured.
 import { readFileSync } from 'node:fs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { allowKind, disallowKind } from '../../src/store/moderation.js';
+import { newSigner } from '../support/keys.js';
+import { httpOf, rpc } from '../support/management.js';
 import { startTestRelay, type TestRelay } from '../support/relay.js';
 
 const pkg = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8'));
@@ -118,6 +121,7 @@ describe('NIP-11 with default limits', () => {
         max_limit: plain.config.MAX_LIMIT,
         default_limit: plain.config.DEFAULT_LIMIT,
         min_pow_difficulty: 0,
+        restricted_writes: false,
       });
     } finally {
       await plain.close();
@@ -138,5 +142,60 @@ describe('NIP-11 and AUTH_REQUIRED', () => {
     } finally {
       await relay.close();
     }
+  });
+});
+
+describe('NIP-11 restricted_writes and the moderation lists', () => {
+  // A relay with an admin and nothing else that restricts writes: each list below is the one condition.
+  const admin = newSigner();
+  let managed: TestRelay;
+  let managedUrl: string;
+  beforeAll(async () => {
+    managed = await startTestRelay({ ADMIN_PUBKEYS: admin.pubkey });
+    managedUrl = httpOf(managed.url);
+  });
+  afterAll(async () => {
+    await managed.close();
+  });
+
+  const restrictedWrites = async () => (await getInfo(managedUrl)).limitation.restricted_writes;
+  async function call(method: string, params: unknown[]): Promise<void> {
+    expect(await rpc(managedUrl, admin, method, params)).toMatchObject({ status: 200, body: { result: true } });
+  }
+
+  it('announces restricted_writes while the pubkey allow list has a key, and not once it is empty again', async () => {
+    expect(await restrictedWrites()).toBe(false);
+    const member = newSigner().pubkey;
+    await call('allowpubkey', [member]);
+    expect(await restrictedWrites()).toBe(true);
+    await call('unallowpubkey', [member]);
+    expect(await restrictedWrites()).toBe(false);
+  });
+
+  it('announces restricted_writes while the kind allow list has a kind, also when another process changed it', async () => {
+    expect(await restrictedWrites()).toBe(false);
+    // As `npm run cli -- allow kind 1` would, beside the relay: its watch of the lists picks it up.
+    await allowKind(managed.db.pool, 1);
+    await expect.poll(restrictedWrites, { timeout: 10_000, interval: 50 }).toBe(true);
+    await disallowKind(managed.db.pool, 1);
+    await expect.poll(restrictedWrites, { timeout: 10_000, interval: 50 }).toBe(false);
+  });
+});
+
+describe('NIP-11 and the NIP-86 management API', () => {
+  it('lists NIP-86 with ADMIN_PUBKEYS set, where an admin\'s call is carried out', async () => {
+    const admin = newSigner();
+    const managed = await startTestRelay({ ADMIN_PUBKEYS: admin.pubkey });
+    try {
+      expect((await getInfo(httpOf(managed.url))).supported_nips).toContain(86);
+      expect(await rpc(httpOf(managed.url), admin, 'supportedmethods')).toMatchObject({ status: 200, body: { result: expect.arrayContaining(['banpubkey']) } });
+    } finally {
+      await managed.close();
+    }
+  });
+
+  it('does not list NIP-86 without ADMIN_PUBKEYS, where every call is refused', async () => {
+    expect((await getInfo()).supported_nips).not.toContain(86);
+    expect(await rpc(httpUrl, newSigner(), 'supportedmethods')).toMatchObject({ status: 403 });
   });
 });

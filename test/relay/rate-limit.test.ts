@@ -15,6 +15,7 @@ function limiter(overrides: Partial<RateLimitSettings> = {}): RateLimiter {
     connectionsPerMinute: 60,
     connectionsBurst: 3,
     maxConnectionsPerAddress: 0,
+    maxPendingBytesPerAddress: 0,
     disconnectAfter: 5,
     exempt: [],
     ...overrides,
@@ -240,6 +241,49 @@ describe('RateLimiter: messages', () => {
     const rl = limiter({ eventsPerSecond: 0, reqsBurst: 0 });
     expect(granted(100, () => rl.allowEvent('203.0.113.1', new Set([PK_A]), 0))).toBe(100);
     expect(granted(100, () => rl.allowQuery('203.0.113.1', new Set([PK_A]), 0))).toBe(100);
+  });
+});
+
+describe('RateLimiter: bytes of events awaiting OK', () => {
+  it('refuses an event that would take its address past the cap, over all its connections', () => {
+    const rl = limiter({ maxPendingBytesPerAddress: 1000 });
+    const [a, b] = [rl.forConnection('203.0.113.1'), rl.forConnection('203.0.113.1')];
+    expect(a.holdPending(600, none)).toBeDefined();
+    expect(b.holdPending(400, none)).toBeDefined();
+    expect(b.holdPending(1, none)).toBeUndefined();
+    expect(rl.forConnection('2001:db8::1').holdPending(1000, none)).toBeDefined(); // another address
+  });
+
+  it('frees the bytes once the event is answered, and refused ones were never counted', () => {
+    const rl = limiter({ maxPendingBytesPerAddress: 1000 });
+    const c = rl.forConnection('203.0.113.1');
+    const release = c.holdPending(900, none)!;
+    expect(c.holdPending(200, none)).toBeUndefined();
+    release();
+    expect(c.holdPending(1000, none)).toBeDefined();
+  });
+
+  it('lets the first event through whatever its size', () => {
+    const rl = limiter({ maxPendingBytesPerAddress: 1000 });
+    const c = rl.forConnection('203.0.113.1');
+    expect(c.holdPending(5000, none)).toBeDefined();
+    expect(c.holdPending(1, none)).toBeUndefined();
+  });
+
+  it('shares one cap across a /64', () => {
+    const rl = limiter({ maxPendingBytesPerAddress: 1000 });
+    expect(rl.forConnection('2001:db8:1:2::1').holdPending(1000, none)).toBeDefined();
+    expect(rl.forConnection('2001:db8:1:2::2').holdPending(1, none)).toBeUndefined();
+  });
+
+  it('does not count an exempt address, a connection with an exempt key, or any address with a cap of 0', () => {
+    const rl = limiter({ maxPendingBytesPerAddress: 1000, exempt: ['10.0.0.0/8', PK_A] });
+    expect(granted(10, () => rl.forConnection('10.1.2.3').holdPending(1000, none) !== undefined)).toBe(10);
+    const c = rl.forConnection('203.0.113.1');
+    expect(granted(10, () => c.holdPending(1000, new Set([PK_A])) !== undefined)).toBe(10);
+    expect(c.holdPending(1000, none)).toBeDefined(); // nothing was counted for it
+    const uncapped = limiter().forConnection('203.0.113.1');
+    expect(granted(10, () => uncapped.holdPending(1000, none) !== undefined)).toBe(10);
   });
 });
 

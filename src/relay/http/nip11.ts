@@ -2,22 +2,31 @@
 // other GETs there get a short human page.
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Config } from '../../config.js';
-import type { Limits } from '../../policy/limits.js';
-import type { ModerationLists } from '../../policy/moderation.js';
+import { writesRestricted, type Policy } from '../../policy/policy.js';
 import { SOFTWARE_URL, VERSION } from '../../version.js';
 import type { HttpHandler, Route } from './router.js';
 
 export const SUPPORTED_NIPS = [1, 9, 11, 13, 40, 42, 45, 50, 62, 70, 77];
 
-/** `changed`: what an admin changed through the management API (NIP-86), which wins. */
-export function relayInformation(config: Config, limits: Limits, changed: ModerationLists['relayInfo'] = {}) {
+/** NIP-86: the management API carries out methods only for ADMIN_PUBKEYS; with none, every call gets 403. */
+export function supportedNips(config: Pick<Config, 'ADMIN_PUBKEYS'>): number[] {
+  return config.ADMIN_PUBKEYS.length > 0 ? [...SUPPORTED_NIPS, 86] : SUPPORTED_NIPS;
+}
+
+/**
+ * Built per request from the current moderation lists: an admin may have renamed the relay (their
+ * name wins) or changed an allow list.
+ */
+export function relayInformation(config: Config, policy: Policy) {
+  const { limits } = policy;
+  const changed = policy.moderation.current.relayInfo;
   return {
     name: changed.name ?? config.RELAY_NAME,
     description: changed.description ?? config.RELAY_DESCRIPTION,
     ...(changed.icon ? { icon: changed.icon } : {}),
     ...(config.RELAY_PUBKEY ? { pubkey: config.RELAY_PUBKEY } : {}),
     ...(config.RELAY_CONTACT ? { contact: config.RELAY_CONTACT } : {}),
-    supported_nips: SUPPORTED_NIPS,
+    supported_nips: supportedNips(config),
     software: SOFTWARE_URL,
     version: VERSION,
     limitation: {
@@ -33,7 +42,7 @@ export function relayInformation(config: Config, limits: Limits, changed: Modera
       // NIP-11: auth_required means AUTH before any other action; AUTH_REQUIRED=writes restricts writes only.
       auth_required: config.AUTH_REQUIRED === 'all',
       payment_required: false,
-      restricted_writes: limits.minPowDifficulty > 0 || config.AUTH_REQUIRED !== 'none',
+      restricted_writes: writesRestricted(policy, config.AUTH_REQUIRED),
       created_at_lower_limit: limits.createdAtPastSeconds || undefined,
       created_at_upper_limit: limits.createdAtFutureSeconds,
     },
@@ -51,7 +60,7 @@ export const CORS = {
 };
 
 export interface EndpointHandlers {
-  /** The NIP-11 document, built per request (an admin may have changed the name). */
+  /** The NIP-11 document, built per request (an admin may have changed the name or a list). */
   info(): object;
   /** POST: the NIP-86 management API. */
   management?: HttpHandler;
