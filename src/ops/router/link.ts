@@ -14,6 +14,7 @@ import { askPlugin } from '../../admission/admit.js';
 import type { NostrEvent } from '../../nostr/event.js';
 import type { PluginSource, WritePlugin } from '../../policy/write-plugin.js';
 import type { PreparedEvent } from '../../store/prepared-event.js';
+import { Publisher } from '../publisher.js';
 import { fetchRelayInformation, RemoteRelay } from '../relay-client.js';
 import { catchUp } from './catch-up.js';
 import type { StreamConfig } from './config.js';
@@ -21,7 +22,6 @@ import type { RouterHost, RouterTimings } from './host.js';
 import { IntakeError, type Intake, type StreamGate } from './intake.js';
 import type { RouterMetrics } from './metrics.js';
 import { nowSeconds, readPosition, savePosition, startingPosition, transactionHorizon, type Position, type PositionDirection } from './positions.js';
-import { Publisher } from './publisher.js';
 
 /** The router-wide settings a link reads at each use, so a hot reconfig applies from the next one. */
 export interface RouterSettings {
@@ -64,6 +64,12 @@ const DOWN_HIGH = 2000;
 const DOWN_LOW = 500;
 /** Events queued to send past which a catch-up waits. */
 const UP_HIGH = 2000;
+/**
+ * How events go up (publisher.ts): a remote that says `rate-limited:` ("slower", not "no") gets the
+ * event again for as long as the connection lasts, since skipping it would leave a gap; `error:` a
+ * few times (the remote's trouble may pass), then it counts as refused.
+ */
+const UP_SENDING = { maxWindow: 200, firstPauseMs: 250, rateLimitRetries: Infinity, errorRetries: 8 };
 
 /** Settlement counted in arrival order: `settledThrough` = n means events 1..n have all settled. */
 class InOrder {
@@ -282,11 +288,15 @@ export class Link {
         remote.send(['REQ', subId, { ...this.owner.config.filter, limit: 0 }]);
       }
       if (dir !== 'down') {
-        this.publisher = new Publisher(remote, timeoutMs, (id, outcome, reason) => {
-          rt.metrics.eventUp(this.name, url, outcome);
-          this.lastEvent.up = nowSeconds();
-          if (outcome === 'refused') this.log.info({ id, reason }, 'router: the remote refused an event');
-          else if (rt.settings.verbose) this.log.info({ id, outcome }, 'router: event sent');
+        this.publisher = new Publisher(remote, {
+          ...UP_SENDING,
+          timeoutMs,
+          onAnswer: (id, outcome, reason) => {
+            rt.metrics.eventUp(this.name, url, outcome);
+            this.lastEvent.up = nowSeconds();
+            if (outcome === 'refused') this.log.info({ id, reason }, 'router: the remote refused an event');
+            else if (rt.settings.verbose) this.log.info({ id, outcome }, 'router: event sent');
+          },
         });
       }
 
