@@ -13,6 +13,7 @@
 import { PassThrough } from 'node:stream';
 import type pg from 'pg';
 import { syncSource } from '../admission/source.js';
+import { DEFAULT_MAX_MESSAGE_BYTES } from '../config.js';
 import { parseFilter, type Filter } from '../nostr/filter.js';
 import type { SignatureVerifier } from '../nostr/verifier.js';
 import type { Policy } from '../policy/policy.js';
@@ -33,6 +34,7 @@ import {
   reconcile,
   RemoteError as SyncError,
   RemoteRelay,
+  remoteMessageLimit,
 } from './relay-client.js';
 
 export { DEFAULT_FRAME_SIZE, fetchRelayInformation, frameSizeFor, MIN_FRAME_SIZE, type RelayInformation } from './relay-client.js';
@@ -65,6 +67,8 @@ export interface SyncOptions {
   window?: number;
   /** Every wait on the remote: connecting, each negentropy answer, a REQ going quiet, an OK. */
   timeoutMs?: number;
+  /** The relay's MAX_MESSAGE_BYTES: the remote's messages are bounded by remoteMessageLimit() of it (relay-client.ts). */
+  maxMessageBytes?: number;
   maxLocalRecords?: number;
   /** The relay's write rules for downloaded events (the command uses importPolicy). */
   policy: Policy;
@@ -367,7 +371,7 @@ export async function syncWithRelay(pool: pg.Pool, options: SyncOptions): Promis
   if (Array.isArray(nips) && !nips.includes(77)) options.onWarning?.('the remote does not list NIP-77 in its supported_nips; trying anyway');
   if (info?.limitation?.auth_required === true) options.onWarning?.('the remote announces auth_required; sync does not support NIP-42 AUTH, so it may refuse');
 
-  const remote = await RemoteRelay.connect(options.url, timeoutMs);
+  const remote = await RemoteRelay.connect(options.url, timeoutMs, { maxMessageBytes: remoteMessageLimit(options.maxMessageBytes ?? DEFAULT_MAX_MESSAGE_BYTES) });
   try {
     const readStarted = performance.now();
     if (needsPreparing([filter])) await prepareSearch(pool, [filter]);

@@ -3,16 +3,19 @@
 // never echoes an event to the remote it came from; both, with pluginDown and pluginUp told what
 // strfry tells them; catch-up after the router was away, by negentropy and, from a remote without
 // NIP-77, by REQ since; positions recorded only by the connection that proved them (a connection
-// lost, or pluginUp failing, while a checkpoint waits); hot reconfig that leaves unchanged streams
-// connected, and a bad edit that leaves the running configuration; metrics per stream and remote.
-// Orders and counts only.
+// lost, or pluginUp failing, while a checkpoint waits); messages from remotes bounded; hot reconfig
+// that leaves unchanged streams connected, and a bad edit that leaves the running configuration;
+// metrics per stream and remote. Orders and counts only.
+import { once } from 'node:events';
 import { chmod, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { WebSocketServer } from 'ws';
 import type { NostrEvent } from '../../src/nostr/event.js';
+import { remoteMessageLimit } from '../../src/ops/relay-client.js';
 import type { RouterHost } from '../../src/ops/router/host.js';
 import { readPosition } from '../../src/ops/router/positions.js';
 import { Router } from '../../src/ops/router/router.js';
@@ -119,6 +122,34 @@ async function txidOf(relay: TestRelay, id: string): Promise<bigint> {
 async function upPast(stream: string, url: string, txid: bigint): Promise<boolean> {
   const position = await readPosition(local.db.pool, stream, url, 'up');
   return position?.txid !== undefined && BigInt(position.txid) > txid;
+}
+
+/**
+ * A remote that answers as a relay without NIP-77 does (NOTICE to NEG-OPEN, EOSE to any REQ with
+ * stored events) and, on the n-th connection's live subscription, sends the events `live(n)` gives.
+ */
+async function fakeRemote(live: (connection: number) => NostrEvent[]): Promise<{ url: string; connections(): number; close(): void }> {
+  let connections = 0;
+  const server = new WebSocketServer({ port: 0, host: '127.0.0.1' });
+  server.on('connection', (ws) => {
+    const n = ++connections;
+    ws.on('error', () => undefined);
+    ws.on('message', (data) => {
+      const m = JSON.parse(data.toString()) as [string, string, { limit?: number }?];
+      if (m[0] === 'NEG-OPEN') ws.send(JSON.stringify(['NOTICE', 'ERROR: unknown command']));
+      else if (m[0] === 'REQ' && m[2]?.limit === 0) for (const event of live(n)) ws.send(JSON.stringify(['EVENT', m[1], event]));
+      else if (m[0] === 'REQ') ws.send(JSON.stringify(['EOSE', m[1]]));
+    });
+  });
+  await once(server, 'listening');
+  return {
+    url: `ws://127.0.0.1:${(server.address() as { port: number }).port}`,
+    connections: () => connections,
+    close() {
+      for (const ws of server.clients) ws.terminate();
+      server.close();
+    },
+  };
 }
 
 /**
@@ -401,6 +432,40 @@ describe('router in the relay process', () => {
       await router.stop();
     }
   }, 120_000);
+
+  it('down: a remote that sends a message over the bound (twice MAX_MESSAGE_BYTES, at least 1 MiB) is cut off before it is read, and connected again', async () => {
+    const author = newSigner();
+    const huge = author.sign({ content: 'x'.repeat(remoteMessageLimit(local.config.MAX_MESSAGE_BYTES)) });
+    const small = author.sign({ content: 'under the bound' });
+    const remote = await fakeRemote((n) => (n === 1 ? [huge] : [small]));
+    const { router } = await runRouter(`streams { big { dir = "down" filter = { "authors": ["${author.pubkey}"] } urls = [ "${remote.url}" ] } }`);
+    try {
+      await until(() => has(local, small.id), 'the next connection streams');
+      expect(remote.connections()).toBe(2);
+      expect(await metric(local, 'pgrelay_router_connections_total', { stream: 'big', result: 'lost' })).toBe(1);
+      expect(await metric(local, 'pgrelay_router_events_down_total', { stream: 'big' })).toBe(1); // the huge one never reached the write path
+    } finally {
+      await router.stop();
+      remote.close();
+    }
+  });
+
+  it("down: a stream's maxMessageBytes bounds its remotes' messages instead", async () => {
+    const author = newSigner();
+    const under = author.sign({ content: 'u'.repeat(2000) });
+    const over = author.sign({ content: 'o'.repeat(5000) });
+    const remote = await fakeRemote((n) => (n === 1 ? [under, over] : []));
+    const { router } = await runRouter(`streams { bounded { dir = "down" maxMessageBytes = 4096 filter = { "authors": ["${author.pubkey}"] } urls = [ "${remote.url}" ] } }`);
+    try {
+      await until(async () => remote.connections() === 2 && (await metric(local, 'pgrelay_router_connected', { stream: 'bounded' })) === 1, 'cut off, and connected again');
+      await until(() => has(local, under.id), 'the message under the bound taken');
+      expect(await has(local, over.id)).toBe(false);
+      expect(await metric(local, 'pgrelay_router_events_down_total', { stream: 'bounded' })).toBe(1);
+    } finally {
+      await router.stop();
+      remote.close();
+    }
+  });
 
   it('hot reconfig: a new URL and a new stream connect, the unchanged ones stay connected; a bad edit leaves the running configuration', async () => {
     const author = newSigner();

@@ -20,7 +20,7 @@ import type { NostrEvent } from '../../nostr/event.js';
 import type { PluginSource, WritePlugin } from '../../policy/write-plugin.js';
 import type { PreparedEvent } from '../../store/prepared-event.js';
 import { Publisher } from '../publisher.js';
-import { fetchRelayInformation, RemoteError, RemoteRelay } from '../relay-client.js';
+import { fetchRelayInformation, RemoteError, RemoteRelay, remoteMessageLimit } from '../relay-client.js';
 import { catchUp } from './catch-up.js';
 import type { StreamConfig } from './config.js';
 import type { RouterHost, RouterTimings } from './host.js';
@@ -236,7 +236,10 @@ export class Link {
     const infoRequest = fetchRelayInformation(url, Math.min(timeoutMs, 10_000));
     let remote: RemoteRelay;
     try {
-      remote = await RemoteRelay.connect(url, timeoutMs, { keepAliveMs: rt.timings.keepAliveMs });
+      remote = await RemoteRelay.connect(url, timeoutMs, {
+        keepAliveMs: rt.timings.keepAliveMs,
+        maxMessageBytes: this.owner.config.maxMessageBytes ?? remoteMessageLimit(rt.host.maxMessageBytes),
+      });
     } catch (err) {
       rt.metrics.connection(this.name, url, 'failed');
       throw err;
