@@ -117,8 +117,11 @@ const nip11 = section('Relay information (NIP-11)', 'What the relay says of itse
   ),
 });
 
+/** MAX_MESSAGE_BYTES unless set; also what `sync` and the router bound a remote's messages by when not told (ops/relay-client.ts). */
+export const DEFAULT_MAX_MESSAGE_BYTES = 131072;
+
 const limits = section('Limits', 'Each is enforced and announced in the NIP-11 `limitation` object; a breach gets a prefixed reply (`OK false "invalid: …"`, `CLOSED "invalid: …"`, or a `NOTICE`).', {
-  MAX_MESSAGE_BYTES: documented(int(1024).default(131072), 'Largest client message; frames over twice this are cut off by the WebSocket layer before they are read.', { unit: 'bytes (UTF-8)', example: '524288' }),
+  MAX_MESSAGE_BYTES: documented(int(1024).default(DEFAULT_MAX_MESSAGE_BYTES), 'Largest client message; frames over twice this are cut off by the WebSocket layer before they are read. `sync` and the router cut off a remote relay\'s message over twice this too, but never below 1 MiB (docs/mesh.md).', { unit: 'bytes (UTF-8)', example: '524288' }),
   MAX_SUBSCRIPTIONS: documented(int(1).default(20), 'Open subscriptions per connection.', { unit: 'subscriptions', example: '50' }),
   MAX_FILTERS: documented(int(1).default(10), 'Filters in one REQ or COUNT.', { unit: 'filters', example: '20' }),
   MAX_LIMIT: documented(int(1).default(5000), 'Largest `limit` honoured per filter; larger ones are clamped to it.', { unit: 'events', example: '1000' }),

@@ -89,6 +89,7 @@ function runRouter(relay: RelayServer, databaseUrl: string, file: string, log: L
       log: routerLog,
       admission: ctx.admission,
       pluginTimeoutMs: ctx.config.WRITE_POLICY_TIMEOUT_MS,
+      maxMessageBytes: ctx.config.MAX_MESSAGE_BYTES,
       changes: ctx.changes,
       feed: ctx.feed,
       registry: ctx.metrics.registry,

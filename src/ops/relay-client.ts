@@ -16,6 +16,11 @@ export const MIN_FRAME_SIZE = 4096;
 export const ENVELOPE_ROOM = 512;
 /** Frames past this gain little (a round costs one round trip either way) and a remote may cut off large frames. */
 const MAX_FRAME_SIZE = 500_000;
+/**
+ * A NIP-77 answer can be larger than any event: strfry answers with frames of up to 500,000 bytes,
+ * a million hex digits in the message. A remote's messages are never bounded below this.
+ */
+export const NEGENTROPY_ANSWER_BYTES = 1_048_576;
 /** Times a reconciliation or a REQ the remote rate-limits is taken up again. */
 export const RATE_LIMIT_RETRIES = 8;
 /** The first wait before going on with a reconciliation the remote rate-limited (NEG-ERR rate-limited:). */
@@ -59,6 +64,15 @@ export async function fetchRelayInformation(url: string, timeoutMs: number): Pro
   }
 }
 
+/**
+ * The largest message taken from a remote by a relay whose clients may send `maxMessageBytes`
+ * (MAX_MESSAGE_BYTES): twice that, where the relay cuts its own clients' frames (relay/server.ts),
+ * and at least a negentropy answer. A larger message cuts the connection before it is buffered.
+ */
+export function remoteMessageLimit(maxMessageBytes: number): number {
+  return Math.max(2 * maxMessageBytes, NEGENTROPY_ANSWER_BYTES);
+}
+
 export const positiveInt = (v: unknown): number | undefined => (typeof v === 'number' && Number.isSafeInteger(v) && v > 0 ? v : undefined);
 
 /** Our frame size limit for a remote taking messages of up to `maxMessageLength` bytes: hex doubles a frame. */
@@ -70,6 +84,8 @@ export function frameSizeFor(maxMessageLength: number | undefined): number {
 export type Message = unknown[];
 
 export interface ConnectOptions {
+  /** The largest message taken from the remote (remoteMessageLimit()); one larger cuts the connection (ws: close code 1009). */
+  maxMessageBytes: number;
   /** A ping this often; a connection that has not answered by the next one is cut (0: none). */
   keepAliveMs?: number;
 }
@@ -89,6 +105,7 @@ export class RemoteRelay {
   private constructor(
     private readonly ws: WebSocket,
     keepAliveMs: number,
+    maxMessageBytes: number,
   ) {
     ws.on('message', (data: Buffer | ArrayBuffer | Buffer[], isBinary: boolean) => {
       const buf = Array.isArray(data) ? Buffer.concat(data) : Buffer.isBuffer(data) ? data : Buffer.from(data);
@@ -104,7 +121,13 @@ export class RemoteRelay {
       for (const listener of [...this.listeners]) listener(m);
     });
     ws.on('close', (code, why) => this.end(new RemoteError(`the remote closed the connection (code ${code}${why.length ? `: ${why.toString()}` : ''})`)));
-    ws.on('error', (err) => this.end(new RemoteError(`connection error: ${err.message}`)));
+    ws.on('error', (err: Error & { code?: string }) =>
+      this.end(
+        new RemoteError(
+          err.code === 'WS_ERR_UNSUPPORTED_MESSAGE_LENGTH' ? `the remote sent a message larger than ${maxMessageBytes} bytes` : `connection error: ${err.message}`,
+        ),
+      ),
+    );
     ws.on('pong', () => this.pongs.shift()?.());
     if (keepAliveMs > 0) {
       // A remote host that vanished without closing (power, network) shows up only as silence.
@@ -134,11 +157,11 @@ export class RemoteRelay {
     });
   }
 
-  static connect(url: string, timeoutMs: number, options: ConnectOptions = {}): Promise<RemoteRelay> {
+  static connect(url: string, timeoutMs: number, options: ConnectOptions): Promise<RemoteRelay> {
     return new Promise((resolve, reject) => {
       let ws: WebSocket;
       try {
-        ws = new WebSocket(url, { handshakeTimeout: timeoutMs, maxPayload: 256 * 1024 * 1024 });
+        ws = new WebSocket(url, { handshakeTimeout: timeoutMs, maxPayload: options.maxMessageBytes });
       } catch (err) {
         return reject(new RemoteError(`cannot connect to ${url}: ${(err as Error).message}`));
       }
@@ -146,7 +169,7 @@ export class RemoteRelay {
       ws.on('error', failed);
       ws.once('open', () => {
         ws.off('error', failed);
-        resolve(new RemoteRelay(ws, options.keepAliveMs ?? 0));
+        resolve(new RemoteRelay(ws, options.keepAliveMs ?? 0, options.maxMessageBytes));
       });
     });
   }

@@ -4,14 +4,16 @@
 // down, the ids the remote holds and we lack are fetched with REQ {ids} (a few REQs in flight) and
 // imported like `import` does (shape, policy, id and signature, the relay's rules, bulk COPY); up,
 // the raw JSON of the ids we hold and the remote lacks is read from `events` and published with
-// EVENT, a bounded window awaiting their OK (it shrinks and waits on rate-limited:). A reconciliation
-// the remote rate-limits (NEG-ERR rate-limited:) goes on after a pause in a new session, from the last
-// message (the responder keeps no state between messages). Every wait has a timeout. No NIP-42 AUTH:
+// EVENT (publisher.ts, shared with the router: a window awaiting their OK that shrinks and pauses on
+// rate-limited:, which is sent again a few times). A reconciliation the remote rate-limits (NEG-ERR
+// rate-limited:) goes on after a pause in a new session, from the last message (the responder keeps
+// no state between messages). Every wait has a timeout. No NIP-42 AUTH:
 // a remote that requires it answers auth-required:, which ends the command. The connection, the
-// negentropy rounds and fetching by id live in relay-client.ts, shared with the router.
+// negentropy rounds and fetching by id live in relay-client.ts, also shared with the router.
 import { PassThrough } from 'node:stream';
 import type pg from 'pg';
 import { syncSource } from '../admission/source.js';
+import { DEFAULT_MAX_MESSAGE_BYTES } from '../config.js';
 import { parseFilter, type Filter } from '../nostr/filter.js';
 import type { SignatureVerifier } from '../nostr/verifier.js';
 import type { Policy } from '../policy/policy.js';
@@ -20,18 +22,19 @@ import { readNegentropySet } from '../store/negentropy.js';
 import { needsPreparing, prepareSearch } from '../store/search.js';
 import { importJsonl } from './import-jsonl.js';
 import { noProgress, type Progress } from './progress.js';
+import { Publisher } from './publisher.js';
 import {
   ENVELOPE_ROOM,
   fetchByIds,
   fetchRelayInformation,
   frameSizeFor,
-  MAX_BACKOFF_MS,
   MIN_FRAME_SIZE,
   positiveInt,
   RATE_LIMIT_RETRIES,
   reconcile,
   RemoteError as SyncError,
   RemoteRelay,
+  remoteMessageLimit,
 } from './relay-client.js';
 
 export { DEFAULT_FRAME_SIZE, fetchRelayInformation, frameSizeFor, MIN_FRAME_SIZE, type RelayInformation } from './relay-client.js';
@@ -43,9 +46,8 @@ export type SyncPhase = 'reconcile' | 'download' | 'upload';
 
 /** The most local records read into memory (ids come back as one hex string: V8 caps strings near 512 MiB). */
 export const DEFAULT_MAX_LOCAL_RECORDS = 5_000_000;
-const FIRST_WINDOW = 16;
-const FIRST_THRESHOLD = 64;
-const FIRST_BACKOFF_MS = 500;
+/** An upload's first pause after a rate-limited: answer (publisher.ts). */
+const FIRST_PAUSE_MS = 500;
 
 export interface SyncOptions {
   /** ws:// or wss:// */
@@ -65,6 +67,8 @@ export interface SyncOptions {
   window?: number;
   /** Every wait on the remote: connecting, each negentropy answer, a REQ going quiet, an OK. */
   timeoutMs?: number;
+  /** The relay's MAX_MESSAGE_BYTES: the remote's messages are bounded by remoteMessageLimit() of it (relay-client.ts). */
+  maxMessageBytes?: number;
   maxLocalRecords?: number;
   /** The relay's write rules for downloaded events (the command uses importPolicy). */
   policy: Policy;
@@ -249,14 +253,6 @@ async function download(ctx: DownloadContext): Promise<DownloadStats> {
   return stats;
 }
 
-interface UploadItem {
-  id: string;
-  raw: string;
-  attempts: number;
-  /** The order of its last sending. */
-  seq: number;
-}
-
 interface UploadContext {
   remote: RemoteRelay;
   pool: pg.Pool;
@@ -269,15 +265,15 @@ interface UploadContext {
 }
 
 /** Reads the stored JSON of `ids` (those still stored). */
-async function readRaw(pool: pg.Pool, ids: string[]): Promise<UploadItem[]> {
+async function readRaw(pool: pg.Pool, ids: string[]): Promise<Array<{ id: string; raw: string }>> {
   const { rows } = await pool.query<{ id: string; raw: string }>(
     `SELECT encode(id, 'hex') AS id, raw FROM events WHERE id = ANY(SELECT decode(x, 'hex') FROM unnest($1::text[]) x)`,
     [ids],
   );
-  return rows.map((r) => ({ id: r.id, raw: r.raw, attempts: 0, seq: 0 }));
+  return rows;
 }
 
-/** Publishes the stored events of `have` with EVENT, at most `window` awaiting their OK. */
+/** Publishes the stored events of `have` with EVENT (publisher.ts), one read of `batch` ids ahead of what is sent. */
 async function upload(ctx: UploadContext): Promise<{ stats: UploadStats; problem?: string }> {
   const { remote, pool, have, options, progress } = ctx;
   const started = performance.now();
@@ -288,140 +284,62 @@ async function upload(ctx: UploadContext): Promise<{ stats: UploadStats; problem
   progress.setTotal(have.length);
   let answered = 0;
   const report = throttled(250, () => progress.update(answered + stats.gone));
+  const publisher = new Publisher(remote, {
+    timeoutMs: ctx.timeoutMs,
+    maxWindow: ctx.window,
+    firstPauseMs: FIRST_PAUSE_MS,
+    rateLimitRetries: RATE_LIMIT_RETRIES,
+    errorRetries: 0,
+    onAnswer: (id, outcome, why) => {
+      if (outcome === 'refused') {
+        stats.refused++;
+        countInto(stats.reasons, why || '(no reason given)');
+        options.onRefused?.('upload', id, why);
+      } else stats[outcome]++;
+      answered++;
+      report();
+    },
+  });
+  const stop = () => void publisher.stop();
+  options.signal?.addEventListener('abort', stop, { once: true });
+  if (options.signal?.aborted) stop();
 
   let nextChunk = 0;
-  const readNext = async (): Promise<UploadItem[]> => {
+  const readNext = async () => {
     const ids = have.slice(nextChunk, nextChunk + ctx.batch);
     nextChunk += ids.length;
     const items = await readRaw(pool, ids);
     stats.gone += ids.length - items.length;
     return items;
   };
-  let ready: UploadItem[] = [];
-  let reading: Promise<UploadItem[]> | undefined;
-  const retry: UploadItem[] = [];
-  const outstanding = new Map<string, UploadItem>();
-  // Like TCP: the window grows by one per OK up to `threshold`, then by one per window of OKs. A
-  // rate-limited: answer starts a slowdown: a pause, then the window again from 1, the threshold at
-  // half the window it had. The refusals of what was already in flight belong to the same slowdown.
-  let window = Math.min(FIRST_WINDOW, ctx.window);
-  let threshold = Math.min(FIRST_THRESHOLD, ctx.window);
-  let growth = 0;
-  let seq = 0;
-  let slowedAt = 0;
-  let pauseUntil = 0;
-  let backoff = FIRST_BACKOFF_MS;
-  let lastAnswer = Date.now();
-  let wake: (() => void) | undefined;
-
-  const off = remote.listen((m) => {
-    if (m[0] !== 'OK' || typeof m[1] !== 'string') return;
-    const item = outstanding.get(m[1]);
-    if (!item) return;
-    outstanding.delete(m[1]);
-    lastAnswer = Date.now();
-    const accepted = m[2] === true;
-    const why = typeof m[3] === 'string' ? m[3] : '';
-    if (why.startsWith('duplicate:')) stats.duplicate++;
-    else if (accepted) stats.accepted++;
-    else if (why.startsWith('rate-limited:') && item.attempts < RATE_LIMIT_RETRIES) {
-      item.attempts++;
-      stats.retried++;
-      retry.push(item);
-      if (item.seq > slowedAt) {
-        threshold = Math.max(2, Math.floor(window / 2));
-        window = 1;
-        growth = 0;
-        slowedAt = seq;
-        pauseUntil = Date.now() + backoff;
-        backoff = Math.min(backoff * 2, MAX_BACKOFF_MS);
-      }
-      wake?.();
-      return;
-    } else {
-      stats.refused++;
-      countInto(stats.reasons, why || '(no reason given)');
-      options.onRefused?.('upload', item.id, why);
-    }
-    if (accepted || why.startsWith('duplicate:')) {
-      if (window < threshold) window++;
-      else if (++growth >= window) {
-        growth = 0;
-        window = Math.min(ctx.window, window + 1);
-        backoff = Math.max(FIRST_BACKOFF_MS, backoff / 2);
-      }
-    }
-    answered++;
-    report();
-    wake?.();
-  });
-
-  let problem: string | undefined;
+  let reading = nextChunk < have.length ? readNext() : undefined;
+  let ended: string | undefined;
   try {
-    for (;;) {
-      const stopped = options.signal?.aborted === true;
-      // Keep one read ahead of what is being sent.
-      if (!stopped && !reading && ready.length < ctx.batch && nextChunk < have.length) {
-        reading = readNext();
-        reading.catch(() => undefined);
-      }
-      if (ready.length === 0 && retry.length === 0 && reading) {
-        ready = await reading;
-        reading = undefined;
-        report();
-        continue;
-      }
-      const now = Date.now();
-      if (!stopped && now >= pauseUntil) {
-        while (outstanding.size < window && (retry.length || ready.length)) {
-          const item = retry.length ? retry.shift()! : ready.shift()!;
-          if (outstanding.size === 0) lastAnswer = Date.now();
-          item.seq = ++seq;
-          outstanding.set(item.id, item);
-          remote.send(`["EVENT",${item.raw}]`);
-          if (item.attempts === 0) stats.sent++;
-        }
-      }
-      const queued = ready.length + retry.length;
-      if (outstanding.size === 0 && (stopped || (queued === 0 && !reading && nextChunk >= have.length))) {
-        if (stopped) problem = 'stopped during the upload';
-        break;
-      }
-      if (remote.ended) {
-        problem = `upload interrupted: ${remote.ended.message}`;
-        break;
-      }
-      const quiet = ctx.timeoutMs - (Date.now() - lastAnswer); // time left for the next OK
-      if (outstanding.size > 0 && quiet <= 0) {
-        problem = `upload interrupted: no OK from the remote within ${ctx.timeoutMs / 1000} s`;
-        break;
-      }
-      const pause = Math.max(0, pauseUntil - Date.now());
-      await new Promise<void>((resolve) => {
-        const timer = setTimeout(done, Math.max(1, outstanding.size > 0 ? Math.min(quiet, pause || quiet) : pause));
-        const offEnd = remote.onEnd(() => done());
-        function done() {
-          clearTimeout(timer);
-          offEnd();
-          wake = undefined;
-          resolve();
-        }
-        wake = done;
-      });
+    while (reading) {
+      const items = await reading;
+      reading = nextChunk < have.length ? readNext() : undefined;
+      reading?.catch(() => undefined); // awaited next round
+      if (publisher.ended) break;
+      for (const item of items) publisher.enqueue(item.id, item.raw);
+      report();
+      // The next chunk goes in once no more than one chunk awaits its answers.
+      await publisher.completed(publisher.queuedTotal - ctx.batch);
     }
+    await publisher.completed(publisher.queuedTotal);
+    ended = publisher.ended;
   } finally {
-    off();
-    if (reading) {
-      const items = await reading.catch(() => [] as UploadItem[]);
-      ready.push(...items);
-    }
-    const unread = have.length - nextChunk;
-    stats.unanswered = outstanding.size + ready.length + retry.length + unread;
+    options.signal?.removeEventListener('abort', stop);
+    publisher.close();
+    if (reading) await reading.catch(() => undefined); // counts what was gone in it
+    stats.sent = publisher.sent;
+    stats.retried = publisher.retried;
+    stats.unanswered = have.length - stats.gone - answered;
     progress.update(answered + stats.gone);
     progress.stop();
   }
   stats.bytesSent = remote.bytesSent - bytesBefore;
   stats.seconds = (performance.now() - started) / 1000;
+  const problem = ended === undefined ? undefined : options.signal?.aborted ? 'stopped during the upload' : `upload interrupted: ${ended}`;
   return { stats, problem };
 }
 
@@ -453,7 +371,7 @@ export async function syncWithRelay(pool: pg.Pool, options: SyncOptions): Promis
   if (Array.isArray(nips) && !nips.includes(77)) options.onWarning?.('the remote does not list NIP-77 in its supported_nips; trying anyway');
   if (info?.limitation?.auth_required === true) options.onWarning?.('the remote announces auth_required; sync does not support NIP-42 AUTH, so it may refuse');
 
-  const remote = await RemoteRelay.connect(options.url, timeoutMs);
+  const remote = await RemoteRelay.connect(options.url, timeoutMs, { maxMessageBytes: remoteMessageLimit(options.maxMessageBytes ?? DEFAULT_MAX_MESSAGE_BYTES) });
   try {
     const readStarted = performance.now();
     if (needsPreparing([filter])) await prepareSearch(pool, [filter]);

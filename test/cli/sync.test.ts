@@ -11,6 +11,7 @@ import { createLogger } from '../../src/log.js';
 import type { NostrEvent } from '../../src/nostr/event.js';
 import { NegentropySet, respond } from '../../src/nostr/negentropy.js';
 import { SignatureVerifier } from '../../src/nostr/verifier.js';
+import { remoteMessageLimit } from '../../src/ops/relay-client.js';
 import { DEFAULT_FRAME_SIZE, frameSizeFor, SyncError, syncWithRelay, type SyncOptions } from '../../src/ops/sync.js';
 import { policyFrom } from '../../src/policy/policy.js';
 import { prepareEvent } from '../../src/store/prepared-event.js';
@@ -277,6 +278,24 @@ describe('sync (NIP-77 client)', () => {
         for (const ws of s.clients) ws.terminate();
         s.close();
       }
+    }
+  });
+
+  it("a remote's message over the bound (twice MAX_MESSAGE_BYTES, at least 1 MiB) ends the sync before it is read", async () => {
+    const server = new WebSocketServer({ port: 0, host: '127.0.0.1' });
+    server.on('connection', (ws) =>
+      ws.on('error', () => undefined).on('message', (data) => {
+        const m = JSON.parse(data.toString());
+        if (m[0] === 'NEG-OPEN') ws.send(JSON.stringify(['NEG-MSG', m[1], '61'.repeat(remoteMessageLimit(a.config.MAX_MESSAGE_BYTES) / 2)]));
+      }),
+    );
+    await new Promise((r) => server.once('listening', r));
+    try {
+      const url = `ws://127.0.0.1:${(server.address() as { port: number }).port}`;
+      await expect(sync(b, { url, maxMessageBytes: a.config.MAX_MESSAGE_BYTES })).rejects.toThrow(/the remote sent a message larger than 1048576 bytes/);
+    } finally {
+      for (const ws of server.clients) ws.terminate();
+      server.close();
     }
   });
 

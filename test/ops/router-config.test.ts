@@ -137,7 +137,7 @@ describe('router config', () => {
       'router config router.conf:1:21: streams.s.dir must be "up", "down" or "both" (got "sideways")',
     );
     expect(refusal('streams {\n  s {\n    dir = "down"\n    urls = ["ws://a.example"]\n    filters = { "kinds": [1] }\n  }\n}')).toBe(
-      'router config router.conf:5:5: streams.s.filters is not a stream setting (known: dir, urls, filter, pluginDown, pluginUp)',
+      'router config router.conf:5:5: streams.s.filters is not a stream setting (known: dir, urls, filter, pluginDown, pluginUp, maxMessageBytes)',
     );
     expect(refusal('streams { s { dir = "down" urls = [] } }')).toMatch(/^router config router\.conf:1:35: streams\.s\.urls must be a non-empty array/);
     expect(refusal('streams { s { dir = "down" urls = ["https://a.example"] } }')).toMatch(/1:36: streams\.s\.urls holds "https:\/\/a\.example", not a relay URL/);
@@ -149,6 +149,24 @@ describe('router config', () => {
     expect(refusal('verbose = "yes"\nstreams {}')).toMatch(/1:11: verbose must be true or false \(got "yes"\)/);
     expect(refusal('verbose = false')).toBe('router config router.conf: no "streams" section (strfry docs/router.md: streams { name { dir = "down" urls = [ "wss://…" ] } })');
     expect(refusal('relay { port = 7777 }\nstreams {}')).toMatch(/1:1: relay is not a router setting/);
+  });
+
+  it("reads a stream's maxMessageBytes (pgrelay's own key, which strfry ignores); unset, the relay's bound applies", () => {
+    const config = parse('streams {\n  s { dir = "down" urls = ["ws://a.example"] maxMessageBytes = 65536 }\n  t { dir = "up" urls = ["ws://b.example"] }\n}');
+    expect(config.streams.map((s) => [s.name, s.maxMessageBytes])).toEqual([
+      ['s', 65536],
+      ['t', undefined],
+    ]);
+    expect(parse('{"streams": {"s": {"dir": "both", "urls": ["ws://a.example"], "maxMessageBytes": 2097152}}}').streams[0].maxMessageBytes).toBe(2097152);
+  });
+
+  it('refuses a maxMessageBytes that is not a whole number of bytes from 1024 to 1 GiB, with the line and column', () => {
+    expect(refusal('streams { s { dir = "down" urls = ["ws://a.example"] maxMessageBytes = 512 } }')).toBe(
+      'router config router.conf:1:72: streams.s.maxMessageBytes must be a whole number of bytes from 1024 to 1073741824 (got 512)',
+    );
+    expect(refusal('streams { s { dir = "down" urls = ["ws://a.example"] maxMessageBytes = 1.5 } }')).toMatch(/1:72: streams\.s\.maxMessageBytes must be a whole number of bytes/);
+    expect(refusal('streams { s { dir = "down" urls = ["ws://a.example"] maxMessageBytes = "1 MB" } }')).toMatch(/1:72: streams\.s\.maxMessageBytes must be a whole number of bytes .*\(got "1 MB"\)/);
+    expect(refusal('streams { s { dir = "down" urls = ["ws://a.example"] maxMessageBytes = 2147483648 } }')).toMatch(/from 1024 to 1073741824 \(got 2147483648\)/);
   });
 
   it('refuses syntax it does not take, and broken syntax, with the line and column', () => {
@@ -172,5 +190,8 @@ describe('router config', () => {
     expect(needsReconnect(a, reordered)).toBe(false);
     expect(needsReconnect(a, dir)).toBe(true);
     expect(needsReconnect(a, filter)).toBe(true);
+    // A new bound applies from the stream's next connection.
+    const [bound] = parse('streams { s { dir = "down" urls = ["ws://a.example"] filter = { "kinds": [1, 3] } maxMessageBytes = 65536 } }').streams;
+    expect(needsReconnect(a, bound)).toBe(false);
   });
 });

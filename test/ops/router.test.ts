@@ -2,22 +2,32 @@
 // down stores through the relay's write path and fans out; up sends what is committed here and
 // never echoes an event to the remote it came from; both, with pluginDown and pluginUp told what
 // strfry tells them; catch-up after the router was away, by negentropy and, from a remote without
-// NIP-77, by REQ since; hot reconfig that leaves unchanged streams connected, and a bad edit that
-// leaves the running configuration; metrics per stream and remote. Orders and counts only.
+// NIP-77, by REQ since; positions recorded only by the connection that proved them (a connection
+// lost, or pluginUp failing, while a checkpoint waits); messages from remotes bounded; hot reconfig
+// that leaves unchanged streams connected, and a bad edit that leaves the running configuration;
+// metrics per stream and remote. Orders and counts only.
+import { once } from 'node:events';
 import { chmod, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { WebSocketServer } from 'ws';
 import type { NostrEvent } from '../../src/nostr/event.js';
+import { remoteMessageLimit } from '../../src/ops/relay-client.js';
+import type { RouterHost } from '../../src/ops/router/host.js';
 import { readPosition } from '../../src/ops/router/positions.js';
 import { Router } from '../../src/ops/router/router.js';
 import { TestClient } from '../support/client.js';
 import { newSigner, now } from '../support/keys.js';
 import { routerHostOf } from '../support/router-host.js';
 import { startTestRelay, type TestRelay } from '../support/relay.js';
+import { startTcpProxy } from '../support/tcp-proxy.js';
 import { until } from '../support/wait.js';
 
 const FAST = { reconnectMs: [30, 80] as [number, number], checkpointMs: 100, reloadMs: 50, keepAliveMs: 5000 };
+const SCRIPTED = fileURLToPath(new URL('../fixtures/plugins/scripted.js', import.meta.url));
 
 
 let local: TestRelay;
@@ -56,6 +66,122 @@ async function metric(relay: TestRelay, name: string, labels: Record<string, str
   return (found?.values ?? [])
     .filter((v) => Object.entries(labels).every(([k, x]) => v.labels[k] === x))
     .reduce((sum, v) => sum + v.value, 0);
+}
+
+/**
+ * The router's host on the local relay, with its log lines kept and its checkpoints counted: each
+ * begins with one feed read, after taking the transaction horizon and before waiting on pluginUp.
+ */
+function watchedHost() {
+  const base = routerHostOf(local);
+  const lines: Array<Record<string, unknown>> = [];
+  let reads = 0;
+  let hold: { opened: Promise<void>; reached: boolean } | undefined;
+  const host: RouterHost = {
+    ...base,
+    log: pino({ level: 'info' }, { write: (line: string) => void lines.push(JSON.parse(line)) }),
+    feed: {
+      nextRead: () => {
+        reads++;
+        const read = base.feed.nextRead();
+        if (!hold) return read;
+        hold.reached = true;
+        return Promise.all([read, hold.opened]).then(() => undefined);
+      },
+      requestRead: () => base.feed.requestRead(),
+    },
+  };
+  return {
+    host,
+    lines,
+    checkpoints: () => reads,
+    /** Holds the next checkpoint at its feed read until the function it resolves to is called. */
+    async holdNextCheckpoint(): Promise<() => void> {
+      let open!: () => void;
+      const held = (hold = { opened: new Promise<void>((resolve) => (open = resolve)), reached: false });
+      await until(() => held.reached, 'a checkpoint held at its feed read');
+      return () => {
+        hold = undefined;
+        open();
+      };
+    },
+  };
+}
+
+/** Whether a checkpoint logged, after the first `from` lines, that it did not record its up position. */
+const upNotRecorded = (lines: Array<Record<string, unknown>>, from: number) =>
+  lines.slice(from).some((l) => l.msg === 'router: position not recorded' && l.direction === 'up');
+
+/** The transaction that stored `id` here. */
+async function txidOf(relay: TestRelay, id: string): Promise<bigint> {
+  const { rows } = await relay.db.pool.query<{ txid: string }>("SELECT txid::text AS txid FROM events WHERE id = decode($1, 'hex')", [id]);
+  return BigInt(rows[0].txid);
+}
+
+/** Whether the stream's recorded up position says the transaction `txid` is done (sent and answered). */
+async function upPast(stream: string, url: string, txid: bigint): Promise<boolean> {
+  const position = await readPosition(local.db.pool, stream, url, 'up');
+  return position?.txid !== undefined && BigInt(position.txid) > txid;
+}
+
+/**
+ * A remote that answers as a relay without NIP-77 does (NOTICE to NEG-OPEN, EOSE to any REQ with
+ * stored events) and, on the n-th connection's live subscription, sends the events `live(n)` gives.
+ */
+async function fakeRemote(live: (connection: number) => NostrEvent[]): Promise<{ url: string; connections(): number; close(): void }> {
+  let connections = 0;
+  const server = new WebSocketServer({ port: 0, host: '127.0.0.1' });
+  server.on('connection', (ws) => {
+    const n = ++connections;
+    ws.on('error', () => undefined);
+    ws.on('message', (data) => {
+      const m = JSON.parse(data.toString()) as [string, string, { limit?: number }?];
+      if (m[0] === 'NEG-OPEN') ws.send(JSON.stringify(['NOTICE', 'ERROR: unknown command']));
+      else if (m[0] === 'REQ' && m[2]?.limit === 0) for (const event of live(n)) ws.send(JSON.stringify(['EVENT', m[1], event]));
+      else if (m[0] === 'REQ') ws.send(JSON.stringify(['EOSE', m[1]]));
+    });
+  });
+  await once(server, 'listening');
+  return {
+    url: `ws://127.0.0.1:${(server.address() as { port: number }).port}`,
+    connections: () => connections,
+    close() {
+      for (const ws of server.clients) ws.terminate();
+      server.close();
+    },
+  };
+}
+
+/**
+ * An `up` stream to `url` with scripted.js as its pluginUp, and one of its checkpoints held: it waits
+ * on pluginUp's decision about `first`, which comes once the file `gate` exists.
+ */
+async function upWithCheckpointHeld(stream: string, url: string, gate: string) {
+  const author = newSigner();
+  const asked = path.join(dir, `${stream}-asked.log`);
+  const { host, lines, checkpoints, holdNextCheckpoint } = watchedHost();
+  const router = new Router(host, FAST);
+  try {
+    await router.runFile(
+      await configFile(
+        `streams { ${stream} { dir = "up" filter = { "authors": ["${author.pubkey}"] } pluginUp = "${process.execPath} ${SCRIPTED} --log ${asked}" urls = [ "${url}" ] } }`,
+      ),
+    );
+    await until(async () => (await metric(local, 'pgrelay_router_connected', { stream })) === 1, 'connected');
+    // Held before pluginUp is asked about `first`, the checkpoint then waits on its decision.
+    const release = await holdNextCheckpoint();
+    const first = author.sign({ content: `accept-when:${gate}` });
+    await publish(local, [first]);
+    await until(async () => (await readFile(asked, 'utf8').catch(() => '')).includes(first.id), 'pluginUp asked about the first event');
+    const began = checkpoints();
+    release();
+    /** Resolves once the checkpoint after the held one began (so after `gate` was created). */
+    const nextCheckpoint = () => until(() => checkpoints() > began, 'the next checkpoint began');
+    return { router, author, first, lines, nextCheckpoint };
+  } catch (err) {
+    await router.stop();
+    throw err;
+  }
 }
 
 let configs = 0;
@@ -245,6 +371,99 @@ describe('router in the relay process', () => {
       expect(await metric(local, 'pgrelay_router_catchups_total', { stream: 'plain', direction: 'down', method: 'negentropy' })).toBe(0);
     } finally {
       await second.stop();
+    }
+  });
+
+  it('up: a checkpoint whose connection ends while it waits records nothing, so a remote without NIP-77 still gets every event', async () => {
+    const proxy = await startTcpProxy(noNeg.url);
+    const gates = [path.join(dir, 'drop-gate-1'), path.join(dir, 'drop-gate-2')];
+    const { router, author, first, lines, nextCheckpoint } = await upWithCheckpointHeld('drop', proxy.url, gates[0]);
+    try {
+      // `second` is committed before the next checkpoint begins, so that one's position would pass it;
+      // pluginUp decides it once gates[1] exists.
+      const second = author.sign({ content: `accept-when:${gates[1]}` });
+      await publish(local, [second]);
+      await writeFile(gates[0], '');
+      await nextCheckpoint();
+      expect(await has(noNeg, first.id)).toBe(true);
+
+      const logged = lines.length;
+      proxy.cut();
+      await until(async () => (await metric(local, 'pgrelay_router_connected', { stream: 'drop' })) === 0, 'disconnected');
+      const meanwhile = [author.sign({ content: 'committed while disconnected 1' }), author.sign({ content: 'committed while disconnected 2' })];
+      await publish(local, meanwhile);
+      await writeFile(gates[1], ''); // the second event is decided now, its connection gone
+      const secondTxid = await txidOf(local, second.id);
+      await until(async () => upNotRecorded(lines, logged) || (await upPast('drop', proxy.url, secondTxid)), 'the waiting checkpoint ended');
+      proxy.restore();
+      await until(() => allIn(noNeg, [first, second, ...meanwhile]), 'every event on the remote');
+      await until(() => upPast('drop', proxy.url, secondTxid), 'recorded by the new connection');
+    } finally {
+      await router.stop();
+      await proxy.close();
+    }
+  });
+
+  it('up: pluginUp failing on an event while a checkpoint waits on it records nothing past it; once pluginUp takes it, a remote without NIP-77 gets it', async () => {
+    const gate = path.join(dir, 'fault-gate');
+    const heal = path.join(dir, 'fault-heal');
+    const { router, author, first, lines, nextCheckpoint } = await upWithCheckpointHeld('faulty', noNeg.url, gate);
+    try {
+      // The plugin exits on `failing` until `heal` exists (a fault, not a verdict); it refuses `refused`.
+      const failing = author.sign({ content: `exit-until:${heal}` });
+      const refused = author.sign({ content: 'reject:blocked: not this one' });
+      await publish(local, [failing, refused]);
+      const logged = lines.length;
+      await writeFile(gate, '');
+      await nextCheckpoint();
+      const failingTxid = await txidOf(local, failing.id);
+      await until(
+        async () => upNotRecorded(lines, logged) || (await upPast('faulty', noNeg.url, failingTxid)),
+        'pluginUp gave up on the failing event, and the checkpoint waiting on it ended',
+        45_000,
+      );
+      expect(await metric(local, 'pgrelay_router_connections_total', { stream: 'faulty', result: 'lost' })).toBeGreaterThanOrEqual(1);
+      await writeFile(heal, '');
+      const later = author.sign({ content: 'after pluginUp recovered' });
+      await publish(local, [later]);
+      await until(() => allIn(noNeg, [first, failing, later]), 'every event pluginUp accepts on the remote', 45_000);
+      expect(await has(noNeg, refused.id)).toBe(false);
+    } finally {
+      await router.stop();
+    }
+  }, 120_000);
+
+  it('down: a remote that sends a message over the bound (twice MAX_MESSAGE_BYTES, at least 1 MiB) is cut off before it is read, and connected again', async () => {
+    const author = newSigner();
+    const huge = author.sign({ content: 'x'.repeat(remoteMessageLimit(local.config.MAX_MESSAGE_BYTES)) });
+    const small = author.sign({ content: 'under the bound' });
+    const remote = await fakeRemote((n) => (n === 1 ? [huge] : [small]));
+    const { router } = await runRouter(`streams { big { dir = "down" filter = { "authors": ["${author.pubkey}"] } urls = [ "${remote.url}" ] } }`);
+    try {
+      await until(() => has(local, small.id), 'the next connection streams');
+      expect(remote.connections()).toBe(2);
+      expect(await metric(local, 'pgrelay_router_connections_total', { stream: 'big', result: 'lost' })).toBe(1);
+      expect(await metric(local, 'pgrelay_router_events_down_total', { stream: 'big' })).toBe(1); // the huge one never reached the write path
+    } finally {
+      await router.stop();
+      remote.close();
+    }
+  });
+
+  it("down: a stream's maxMessageBytes bounds its remotes' messages instead", async () => {
+    const author = newSigner();
+    const under = author.sign({ content: 'u'.repeat(2000) });
+    const over = author.sign({ content: 'o'.repeat(5000) });
+    const remote = await fakeRemote((n) => (n === 1 ? [under, over] : []));
+    const { router } = await runRouter(`streams { bounded { dir = "down" maxMessageBytes = 4096 filter = { "authors": ["${author.pubkey}"] } urls = [ "${remote.url}" ] } }`);
+    try {
+      await until(async () => remote.connections() === 2 && (await metric(local, 'pgrelay_router_connected', { stream: 'bounded' })) === 1, 'cut off, and connected again');
+      await until(() => has(local, under.id), 'the message under the bound taken');
+      expect(await has(local, over.id)).toBe(false);
+      expect(await metric(local, 'pgrelay_router_events_down_total', { stream: 'bounded' })).toBe(1);
+    } finally {
+      await router.stop();
+      remote.close();
     }
   });
 

@@ -9,6 +9,7 @@ export function routerHostOf(relay: TestRelay): RouterHost {
     log: ctx.log,
     admission: ctx.admission,
     pluginTimeoutMs: 5000,
+    maxMessageBytes: ctx.config.MAX_MESSAGE_BYTES,
     changes: ctx.changes,
     feed: ctx.feed,
     registry: ctx.metrics.registry,

@@ -160,6 +160,7 @@ examples:
         batch,
         window,
         timeoutMs,
+        maxMessageBytes: config.MAX_MESSAGE_BYTES,
         policy: await importPolicy(config, db),
         verifier,
         plugin,

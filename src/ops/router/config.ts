@@ -19,6 +19,11 @@ export interface StreamConfig {
   /** strfry plugins (docs/plugins.md): a path, or a shell command when it has a space. */
   pluginDown: string | undefined;
   pluginUp: string | undefined;
+  /**
+   * pgrelay's own field (strfry ignores it): the largest message taken from this stream's remotes, in
+   * bytes; a larger one cuts the connection. Unset: remoteMessageLimit() of the relay's MAX_MESSAGE_BYTES.
+   */
+  maxMessageBytes: number | undefined;
 }
 
 export interface RouterConfig {
@@ -37,6 +42,9 @@ export interface RouterConfig {
 
 export const DEFAULT_CONNECTION_TIMEOUT = 20;
 export const DEFAULT_CATCH_UP_MARGIN = 600;
+/** A stream's maxMessageBytes: at least MAX_MESSAGE_BYTES's own minimum, at most 1 GiB. */
+const MIN_MESSAGE_BYTES = 1024;
+const MAX_MESSAGE_BYTES = 1 << 30;
 
 /** Filter limits for a stream's filter: an operator's, so generous. */
 const STREAM_FILTER_LIMITS = { maxValuesPerArray: 100_000, defaultLimit: 0, maxLimit: 0 };
@@ -75,8 +83,8 @@ export function parseRouterConfig(text: string, file: string): RouterConfig {
   const config: RouterConfig = { connectionTimeout: DEFAULT_CONNECTION_TIMEOUT, verbose: true, catchUpMargin: DEFAULT_CATCH_UP_MARGIN, streams: [] };
   let streams: (Node & { kind: 'object' }) | undefined;
   for (const [key, node] of root.members) {
-    if (key === 'connectionTimeout') config.connectionTimeout = integer(node, key, 1, 3600, fail);
-    else if (key === 'catchUpMargin') config.catchUpMargin = integer(node, key, 0, 365 * 86_400, fail);
+    if (key === 'connectionTimeout') config.connectionTimeout = integer(node, key, 1, 3600, 'seconds', fail);
+    else if (key === 'catchUpMargin') config.catchUpMargin = integer(node, key, 0, 365 * 86_400, 'seconds', fail);
     else if (key === 'verbose') {
       if (node.kind !== 'boolean') fail(node.place, key, `must be true or false (got ${shown(node)})`);
       config.verbose = (node as { value: boolean }).value;
@@ -97,6 +105,7 @@ export function parseRouterConfig(text: string, file: string): RouterConfig {
     let matcher: Filter = { tags: [], limit: 0 };
     let pluginDown: string | undefined;
     let pluginUp: string | undefined;
+    let maxMessageBytes: number | undefined;
     for (const [key, value] of section.members) {
       const at = `${field}.${key}`;
       if (key === 'dir') {
@@ -125,19 +134,20 @@ export function parseRouterConfig(text: string, file: string): RouterConfig {
         const command = (value as { value: string }).value.trim();
         if (key === 'pluginDown') pluginDown = command || undefined;
         else pluginUp = command || undefined;
-      } else fail(section.names?.get(key) ?? value.place, at, 'is not a stream setting (known: dir, urls, filter, pluginDown, pluginUp)');
+      } else if (key === 'maxMessageBytes') maxMessageBytes = integer(value, at, MIN_MESSAGE_BYTES, MAX_MESSAGE_BYTES, 'bytes', fail);
+      else fail(section.names?.get(key) ?? value.place, at, 'is not a stream setting (known: dir, urls, filter, pluginDown, pluginUp, maxMessageBytes)');
     }
     const at = streams.names?.get(name) ?? section.place;
     if (!dir) fail(at, field, 'has no dir (up, down or both)');
     if (!urls) fail(at, field, 'has no urls');
-    config.streams.push({ name, dir: dir!, urls: urls!, filter, matcher, pluginDown, pluginUp });
+    config.streams.push({ name, dir: dir!, urls: urls!, filter, matcher, pluginDown, pluginUp, maxMessageBytes });
   }
   return config;
 }
 
-function integer(node: Node, field: string, min: number, max: number, fail: (place: Place, field: string, problem: string) => never): number {
+function integer(node: Node, field: string, min: number, max: number, unit: string, fail: (place: Place, field: string, problem: string) => never): number {
   if (node.kind !== 'number' || !Number.isInteger(node.value) || node.value < min || node.value > max)
-    fail(node.place, field, `must be a whole number of seconds from ${min} to ${max} (got ${shown(node)})`);
+    fail(node.place, field, `must be a whole number of ${unit} from ${min} to ${max} (got ${shown(node)})`);
   return (node as { value: number }).value;
 }
 

@@ -17,6 +17,8 @@ export interface RouterHost {
   admission: Admission;
   /** How long pluginDown and pluginUp may take over an event (WRITE_POLICY_TIMEOUT_MS). */
   pluginTimeoutMs: number;
+  /** The relay's MAX_MESSAGE_BYTES: remotes' messages are bounded as its clients' are (relay-client.ts remoteMessageLimit), unless a stream says otherwise. */
+  maxMessageBytes: number;
   /** What every writer committed (this process's, and through `feed` every other's): `up` listens. */
   changes: ChangeStream;
   /** Other processes' commits; its reads tell when everything committed so far has been announced. */

@@ -6,7 +6,12 @@
 //
 // Positions move only on proof (positions.ts): down, a ping's pong, after which everything received
 // before it is settled; up, the remote's OK for everything queued before a snapshot of the
-// transaction horizon had been announced on the change stream.
+// transaction horizon had been announced on the change stream. Only the connection that proved a
+// position records it: the same connection, still open when the position is saved, and for up the
+// same publisher with no event meant for this remote left unqueued since the checkpoint began (a
+// gap: an event dropped because the connection was ending, or one pluginUp could not decide). A
+// checkpoint that outlives its connection records nothing, and the next connection catches up from
+// the last position recorded.
 import { randomBytes } from 'node:crypto';
 import type { Logger } from '../../log.js';
 import { toMatchable } from '../../nostr/filter.js';
@@ -14,14 +19,14 @@ import { askPlugin } from '../../admission/admit.js';
 import type { NostrEvent } from '../../nostr/event.js';
 import type { PluginSource, WritePlugin } from '../../policy/write-plugin.js';
 import type { PreparedEvent } from '../../store/prepared-event.js';
-import { fetchRelayInformation, RemoteRelay } from '../relay-client.js';
+import { Publisher } from '../publisher.js';
+import { fetchRelayInformation, RemoteError, RemoteRelay, remoteMessageLimit } from '../relay-client.js';
 import { catchUp } from './catch-up.js';
 import type { StreamConfig } from './config.js';
 import type { RouterHost, RouterTimings } from './host.js';
 import { IntakeError, type Intake, type StreamGate } from './intake.js';
 import type { RouterMetrics } from './metrics.js';
 import { nowSeconds, readPosition, savePosition, startingPosition, transactionHorizon, type Position, type PositionDirection } from './positions.js';
-import { Publisher } from './publisher.js';
 
 /** The router-wide settings a link reads at each use, so a hot reconfig applies from the next one. */
 export interface RouterSettings {
@@ -64,6 +69,19 @@ const DOWN_HIGH = 2000;
 const DOWN_LOW = 500;
 /** Events queued to send past which a catch-up waits. */
 const UP_HIGH = 2000;
+/**
+ * How events go up (publisher.ts): a remote that says `rate-limited:` ("slower", not "no") gets the
+ * event again for as long as the connection lasts, since skipping it would leave a gap; `error:` a
+ * few times (the remote's trouble may pass), then it counts as refused.
+ */
+const UP_SENDING = { maxWindow: 200, firstPauseMs: 250, rateLimitRetries: Infinity, errorRetries: 8 };
+
+/** What a checkpoint began on: a position is recorded only if it still holds when saving (disproof()). */
+interface Proof {
+  remote: RemoteRelay;
+  publisher: Publisher | undefined;
+  gaps: number;
+}
 
 /** Settlement counted in arrival order: `settledThrough` = n means events 1..n have all settled. */
 class InOrder {
@@ -117,6 +135,8 @@ export class Link {
   private remote: RemoteRelay | undefined;
   private publisher: Publisher | undefined;
   private down: InOrder | undefined;
+  /** Events meant for this remote that were never queued to it (see the top of this file). */
+  private gaps = 0;
   private readonly untrack: Array<() => void> = [];
   private readonly log: Logger;
 
@@ -216,7 +236,10 @@ export class Link {
     const infoRequest = fetchRelayInformation(url, Math.min(timeoutMs, 10_000));
     let remote: RemoteRelay;
     try {
-      remote = await RemoteRelay.connect(url, timeoutMs, { keepAliveMs: rt.timings.keepAliveMs });
+      remote = await RemoteRelay.connect(url, timeoutMs, {
+        keepAliveMs: rt.timings.keepAliveMs,
+        maxMessageBytes: this.owner.config.maxMessageBytes ?? remoteMessageLimit(rt.host.maxMessageBytes),
+      });
     } catch (err) {
       rt.metrics.connection(this.name, url, 'failed');
       throw err;
@@ -282,11 +305,15 @@ export class Link {
         remote.send(['REQ', subId, { ...this.owner.config.filter, limit: 0 }]);
       }
       if (dir !== 'down') {
-        this.publisher = new Publisher(remote, timeoutMs, (id, outcome, reason) => {
-          rt.metrics.eventUp(this.name, url, outcome);
-          this.lastEvent.up = nowSeconds();
-          if (outcome === 'refused') this.log.info({ id, reason }, 'router: the remote refused an event');
-          else if (rt.settings.verbose) this.log.info({ id, outcome }, 'router: event sent');
+        this.publisher = new Publisher(remote, {
+          ...UP_SENDING,
+          timeoutMs,
+          onAnswer: (id, outcome, reason) => {
+            rt.metrics.eventUp(this.name, url, outcome);
+            this.lastEvent.up = nowSeconds();
+            if (outcome === 'refused') this.log.info({ id, reason }, 'router: the remote refused an event');
+            else if (rt.settings.verbose) this.log.info({ id, outcome }, 'router: event sent');
+          },
         });
       }
 
@@ -367,10 +394,15 @@ export class Link {
 
   /** Live: an event committed here, matched by the stream's filter and passed by pluginUp (stream.ts). */
   offerUp(event: PreparedEvent): void {
-    const publisher = this.publisher;
-    if (!publisher || this.remote?.ended) return;
     if (this.rt.intake.cameFrom(event.event.id, this.url)) return; // it came from there
+    const publisher = this.publisher;
+    if (!publisher || publisher.ended) return this.missed();
     publisher.enqueue(event.event.id, event.raw);
+  }
+
+  /** An event meant for this remote will not be queued to it: no checkpoint in progress may record past it. */
+  missed(): void {
+    this.gaps++;
   }
 
   /** Catch-up: events read from our store, through the filter and pluginUp here, with backpressure. */
@@ -383,7 +415,8 @@ export class Link {
       if (passes && !passes[i]) return;
       this.offerUp(p);
     });
-    if (publisher.backlog > UP_HIGH) await publisher.completed(publisher.queuedTotal - UP_HIGH / 2);
+    if (publisher.backlog > UP_HIGH && !(await publisher.completed(publisher.queuedTotal - UP_HIGH / 2)))
+      throw new RemoteError(`sending stopped: ${publisher.ended}`);
   }
 
   /** Records the positions this connection has proved (see the top of this file and positions.ts). */
@@ -391,17 +424,18 @@ export class Link {
     const { pool } = this.rt.host;
     const work: Array<Promise<void>> = [];
     const down = this.down;
+    const publisher = this.publisher;
+    const proof: Proof = { remote, publisher, gaps: this.gaps };
     if (this.owner.config.dir !== 'up' && down) {
       work.push(
         (async () => {
           const through = nowSeconds();
           await remote.ping(); // every frame the remote sent before answering has arrived
           await down.settled(down.total);
-          await this.save('down', { through });
+          await this.save('down', { through }, proof);
         })(),
       );
     }
-    const publisher = this.publisher;
     if (publisher) {
       work.push(
         (async () => {
@@ -415,16 +449,29 @@ export class Link {
           await read;
           await new Promise((r) => setImmediate(r));
           await this.owner.upSettled();
-          await publisher.completed(publisher.queuedTotal);
-          await this.save('up', { through, txid });
+          await publisher.completed(publisher.queuedTotal); // false if it ended first: disproof() says so
+          await this.save('up', { through, txid }, proof);
         })(),
       );
     }
     await Promise.all(work);
   }
 
-  /** A position that cannot be saved stays at the last one saved: later, never wrong. */
-  private async save(direction: PositionDirection, position: Position): Promise<void> {
+  /** Why what a checkpoint began on no longer proves its position, or undefined while it does. */
+  private disproof(direction: PositionDirection, proof: Proof): string | undefined {
+    if (proof.remote.ended || proof.remote !== this.remote) return 'its connection ended';
+    if (direction === 'up' && proof.publisher !== this.publisher) return 'its connection ended';
+    if (direction === 'up' && proof.gaps !== this.gaps) return 'an event meant for this remote was not queued to it (the connection was ending, or pluginUp failed)';
+    return undefined;
+  }
+
+  /** A position that is not proved, or cannot be saved, stays at the last one saved: later, never wrong. */
+  private async save(direction: PositionDirection, position: Position, proof: Proof): Promise<void> {
+    const why = this.disproof(direction, proof);
+    if (why) {
+      this.log.info({ direction, why }, 'router: position not recorded');
+      return;
+    }
     try {
       await savePosition(this.rt.host.pool, this.name, this.url, direction, position);
       this.positions[direction] = position;

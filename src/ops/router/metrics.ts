@@ -2,10 +2,12 @@
 // the registry it is given: the relay's (GET /metrics) when the relay runs the streams, one of its
 // own in `npm run cli -- router`, which logs a summary line instead.
 import { Counter, Gauge, type Registry } from 'prom-client';
+import type { PublishOutcome } from '../publisher.js';
 import type { PositionDirection } from './positions.js';
 
 export type DownOutcome = 'stored' | 'duplicate' | 'rejected' | 'invalid';
-export type UpOutcome = 'accepted' | 'duplicate' | 'refused';
+/** An event sent up: its final answer from the remote (publisher.ts). */
+export type UpOutcome = PublishOutcome;
 export type CatchUpMethod = 'negentropy' | 'req' | 'txid';
 
 /** What a link reports when Prometheus scrapes: its position's time and its last event's, per direction. */

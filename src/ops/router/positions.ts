@@ -27,6 +27,9 @@
 //   With negentropy it also reconciles created_at >= T - margin and sends what the remote lacks
 //   there (say the remote lost events in a crash), skipping what it has.
 //
+// A position is recorded only by the connection that proved it, while it is still open (link.ts):
+// one that ended while a checkpoint waited, or that missed an event meant for it, records nothing.
+//
 // Positions are recorded every few seconds (5 s by default) while a connection is live, so a crash
 // costs a catch-up over a few more seconds, never an event. A stream seen for the first time gets a
 // position at once (now), so it is caught up from its start even if its first connection takes long;

@@ -22,6 +22,7 @@ export async function openStandaloneHost(config: Config, db: Database, log: Logg
     log,
     admission: side.admission,
     pluginTimeoutMs: config.WRITE_POLICY_TIMEOUT_MS,
+    maxMessageBytes: config.MAX_MESSAGE_BYTES,
     changes: side.changes,
     feed: side.feed,
     registry: new Registry(),

@@ -103,9 +103,12 @@ export class Stream implements LinkOwner {
         (passes) => this.offer(events.filter((_, i) => passes[i])),
         (err) => {
           // pluginUp kept failing: no verdict, so no position may pass these events. The open
-          // connections are dropped before their next checkpoint can; each catches up when it reopens.
+          // connections miss them and are dropped; each catches up from its last position when it reopens.
           this.rt.log.warn({ err: (err as Error).message, stream: this.config.name }, 'router: pluginUp failed; reconnecting to send these events later');
-          for (const link of links) link.drop();
+          for (const link of links) {
+            link.missed();
+            link.drop();
+          }
         },
       );
   }

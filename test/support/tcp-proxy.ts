@@ -1,0 +1,48 @@
+// A TCP proxy in front of a test relay that a test can cut (every connection through it dropped at
+// once, new ones refused) and restore: a remote that vanishes and comes back at the same address.
+import { connect, createServer, type AddressInfo, type Socket } from 'node:net';
+
+export interface TcpProxy {
+  /** ws://127.0.0.1:<the proxy's port> */
+  url: string;
+  cut(): void;
+  restore(): void;
+  close(): Promise<void>;
+}
+
+export async function startTcpProxy(targetUrl: string): Promise<TcpProxy> {
+  const target = new URL(targetUrl);
+  const sockets = new Set<Socket>();
+  let refusing = false;
+  const server = createServer((client) => {
+    if (refusing) return void client.destroy();
+    const upstream = connect(Number(target.port), target.hostname);
+    const pair = [client, upstream];
+    const end = () => {
+      for (const socket of pair) {
+        socket.destroy();
+        sockets.delete(socket);
+      }
+    };
+    for (const socket of pair) {
+      sockets.add(socket);
+      socket.on('error', end).on('close', end);
+    }
+    client.pipe(upstream).pipe(client);
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const cut = () => {
+    refusing = true;
+    for (const socket of sockets) socket.destroy();
+    sockets.clear();
+  };
+  return {
+    url: `ws://127.0.0.1:${(server.address() as AddressInfo).port}`,
+    cut,
+    restore: () => void (refusing = false),
+    close: () => {
+      cut();
+      return new Promise((resolve) => server.close(() => resolve()));
+    },
+  };
+}
