@@ -4,22 +4,24 @@
 //
 //   shape (nostr/event.ts) → the relay's write rules, with the source's session (policy/) → id and
 //   signature (the verifier's threads; only the id where the source's signatures are trusted) → the
-//   source's own plugin (a stream's pluginDown) → WRITE_POLICY_PLUGIN → preparation (canonical JSON,
-//   tag rows) → the sink: stored by the writer, or, for an ephemeral kind, passed on.
+//   source's own plugin (a stream's pluginDown) → WRITE_POLICY_PLUGIN → the sink: prepared
+//   (canonical JSON, tag rows: store/prepared-event.ts) and stored by the writer, or, for an
+//   ephemeral kind, passed on.
 //
 // Rules come before the signature because they are cheap and refuse most bad events. The plugins
 // come after it, so a plugin only ever judges authentic events. The sink is where events go: the
 // relay's group-committing writer and change stream (live-sink.ts), or an import's ordered bulk
 // writer (ops/import-batch.ts). A sink hands out its places in arrival order, before anything is
 // awaited, so an ordered sink writes events in the order they arrived whatever order their checks
-// finish in.
+// finish in. A sink prepares an event as it writes it, so an import's events waiting for their batch
+// hold only their JSON, not their rows.
 import { claimedId, computeEventId, ID_MISMATCH, parseEvent, type NostrEvent } from '../nostr/event.js';
 import { isEphemeral } from '../nostr/kinds.js';
 import * as reason from '../nostr/reason.js';
 import type { SignatureVerifier } from '../nostr/verifier.js';
 import { checkWrite, type Policy } from '../policy/policy.js';
 import { rejectionReason, type PluginSource, type PluginVerdict, type WritePlugin } from '../policy/write-plugin.js';
-import { prepareEvent, type PreparedEvent, type WriteResult } from '../store/prepared-event.js';
+import type { WriteResult } from '../store/prepared-event.js';
 import type { EventSource } from './source.js';
 
 /**
@@ -51,9 +53,9 @@ export type SinkResult = WriteResult | { status: 'stored'; replaced?: boolean } 
 
 /** One event's place in a sink, taken when the event arrives; exactly one method is called, once (store may be called again after `busy`). */
 export interface SinkSlot {
-  store(prepared: PreparedEvent): Promise<SinkResult>;
+  store(event: NostrEvent): Promise<SinkResult>;
   /** An ephemeral event: passed on without being stored (`stored` once it is). */
-  passOn(prepared: PreparedEvent): Promise<SinkResult>;
+  passOn(event: NostrEvent): Promise<SinkResult>;
   /** The event was refused before reaching the sink. */
   skip(): void;
 }
@@ -87,6 +89,19 @@ const WRITER_BUSY_RETRIES = 40;
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 const nowSeconds = () => Math.floor(Date.now() / 1000);
 
+/** The event goes no further: its place in the sink is given up, and `no` is the answer. */
+function refused(slot: SinkSlot, no: Answer): Answer {
+  slot.skip();
+  return no;
+}
+
+function faultOrRefusal(event: NostrEvent, result: SinkResult): Answer {
+  if (result.status === 'rejected') return answer(event, 'rejected', result.reason);
+  if (result.status === 'busy') return answer(event, 'fault', reason.rateLimited('the relay is busy writing, try again shortly'));
+  if (result.status === 'failed') return answer(event, 'fault', result.reason);
+  return answer(event, 'fault', reason.error('the event was not kept, try again later'));
+}
+
 function answer(event: NostrEvent, outcome: Outcome, why = ''): Answer {
   const accepted = outcome === 'stored' || outcome === 'passed' || outcome === 'duplicate' || outcome === 'shadowed';
   return { id: event.id, event, outcome, accepted, reason: why };
@@ -104,8 +119,6 @@ export async function askPlugin(plugin: WritePlugin, event: NostrEvent, source: 
     await sleep(PLUGIN_FAULT_FIRST_PAUSE_MS << attempt);
   }
 }
-
-type Judged = { prepared: PreparedEvent } | { refusal: Answer };
 
 export class Admission {
   constructor(private readonly parts: AdmissionParts) {}
@@ -131,69 +144,53 @@ export class Admission {
     return this.take(event, source, this.parts.sink.slot());
   }
 
+  /** The steps after the shape, in order; one async function, so an event costs few promises. */
   private async take(event: NostrEvent, source: EventSource, slot: SinkSlot): Promise<Answer> {
-    let judged: Judged;
     try {
-      judged = await this.judge(event, source);
+      const { policy, verifier, plugin, sink } = this.parts;
+      const refusal = checkWrite(policy, event, source.session, nowSeconds());
+      if (refusal) return refused(slot, answer(event, 'refused', refusal));
+      if (!sink.passesOnEphemeral && isEphemeral(event.kind)) return refused(slot, answer(event, 'rejected', EPHEMERAL_NOT_STORED));
+      let invalid: string | undefined;
+      if (source.signatures === 'trust') invalid = computeEventId(event) === event.id ? undefined : ID_MISMATCH;
+      else if (verifier) invalid = await verifier.verify(event);
+      else throw new Error('admission: no signature verifier for a source whose signatures are checked');
+      if (invalid) return refused(slot, answer(event, 'invalid', invalid));
+      if (source.ownPlugin) {
+        const no = await this.pluginSays(source.ownPlugin, event, source);
+        if (no) return refused(slot, no);
+      }
+      if (plugin) {
+        const no = await this.pluginSays(plugin, event, source);
+        if (no) return refused(slot, no);
+      }
     } catch (err) {
       slot.skip();
       throw err;
     }
-    if ('refusal' in judged) {
-      slot.skip();
-      return judged.refusal;
-    }
-    return this.keep(event, judged.prepared, source, slot);
-  }
-
-  /** Everything before the sink: rules, id and signature, plugins, preparation. */
-  private async judge(event: NostrEvent, source: EventSource): Promise<Judged> {
-    const { policy, verifier, plugin, sink } = this.parts;
-    const refusal = checkWrite(policy, event, source.session, nowSeconds());
-    if (refusal) return { refusal: answer(event, 'refused', refusal) };
-    if (!sink.passesOnEphemeral && isEphemeral(event.kind)) return { refusal: answer(event, 'rejected', EPHEMERAL_NOT_STORED) };
-    let invalid: string | undefined;
-    if (source.signatures === 'trust') invalid = computeEventId(event) === event.id ? undefined : ID_MISMATCH;
-    else if (verifier) invalid = await verifier.verify(event);
-    else throw new Error('admission: no signature verifier for a source whose signatures are checked');
-    if (invalid) return { refusal: answer(event, 'invalid', invalid) };
-    for (const judge of [source.ownPlugin, plugin]) {
-      if (!judge) continue;
-      const verdict = await askPlugin(judge, event, source.plugin, source.faults);
-      if (verdict.fault) return { refusal: answer(event, 'fault', verdict.msg) };
-      if (verdict.action === 'shadowReject') return { refusal: answer(event, 'shadowed') };
-      if (verdict.action === 'reject') return { refusal: answer(event, 'refused', rejectionReason(verdict.msg)) };
-    }
-    return { prepared: prepareEvent(event) };
-  }
-
-  /** The sink: stored, or passed on; a full writer queue is waited out by sources that retry. */
-  private async keep(event: NostrEvent, prepared: PreparedEvent, source: EventSource, slot: SinkSlot): Promise<Answer> {
+    // The sink: stored, or passed on; a full writer queue is waited out by sources that retry.
     if (isEphemeral(event.kind)) {
-      const passed = await slot.passOn(prepared);
-      return passed.status === 'stored' ? answer(event, 'passed') : this.faultOrRefusal(event, passed);
+      const passed = await slot.passOn(event);
+      return passed.status === 'stored' ? answer(event, 'passed') : faultOrRefusal(event, passed);
     }
     for (let attempt = 0; ; attempt++) {
-      const result = await slot.store(prepared);
+      const result = await slot.store(event);
       if (result.status === 'busy' && source.faults === 'retry' && attempt < WRITER_BUSY_RETRIES) {
         await sleep(Math.min(1000, 25 << Math.min(attempt, 6)));
         continue;
       }
-      switch (result.status) {
-        case 'stored':
-          return 'replaced' in result && result.replaced ? { ...answer(event, 'stored'), replaced: true } : answer(event, 'stored');
-        case 'duplicate':
-          return answer(event, 'duplicate', reason.duplicate('already have this event'));
-        default:
-          return this.faultOrRefusal(event, result);
-      }
+      if (result.status === 'stored') return 'replaced' in result && result.replaced ? { ...answer(event, 'stored'), replaced: true } : answer(event, 'stored');
+      if (result.status === 'duplicate') return answer(event, 'duplicate', reason.duplicate('already have this event'));
+      return faultOrRefusal(event, result);
     }
   }
 
-  private faultOrRefusal(event: NostrEvent, result: SinkResult): Answer {
-    if (result.status === 'rejected') return answer(event, 'rejected', result.reason);
-    if (result.status === 'busy') return answer(event, 'fault', reason.rateLimited('the relay is busy writing, try again shortly'));
-    if (result.status === 'failed') return answer(event, 'fault', result.reason);
-    return answer(event, 'fault', reason.error('the event was not kept, try again later'));
+  /** A plugin's refusal (or fault) as the answer, or undefined when it accepts. */
+  private async pluginSays(judge: WritePlugin, event: NostrEvent, source: EventSource): Promise<Answer | undefined> {
+    const verdict = await askPlugin(judge, event, source.plugin, source.faults);
+    if (verdict.fault) return answer(event, 'fault', verdict.msg);
+    if (verdict.action === 'shadowReject') return answer(event, 'shadowed');
+    if (verdict.action === 'reject') return answer(event, 'refused', rejectionReason(verdict.msg));
+    return undefined;
   }
 }

@@ -7,7 +7,8 @@ import type { Logger } from '../log.js';
 import * as reason from '../nostr/reason.js';
 import type { ChangeStream } from '../store/changes.js';
 import type { WebhookOutbox } from '../store/outbox.js';
-import type { PreparedEvent } from '../store/prepared-event.js';
+import type { NostrEvent } from '../nostr/event.js';
+import { prepareEvent } from '../store/prepared-event.js';
 import { WriterBusyError, type EventWriter } from '../store/writer.js';
 import type { EventSink, SinkResult, SinkSlot } from './admit.js';
 
@@ -25,22 +26,23 @@ export function liveSink(parts: LiveSinkParts): EventSink {
   const { pool, writer, outbox, changes, log } = parts;
   // Nothing to keep per event: every place is the same one.
   const slot: SinkSlot = {
-    async store(prepared: PreparedEvent): Promise<SinkResult> {
+    async store(event: NostrEvent): Promise<SinkResult> {
       if (parts.closing()) return { status: 'failed', reason: reason.error('relay is shutting down, try again later') };
       try {
-        return await writer.submit(prepared);
+        return await writer.submit(prepareEvent(event));
       } catch (err) {
         if (err instanceof WriterBusyError) return { status: 'busy' };
-        log.error({ err: (err as Error).message, id: prepared.event.id }, 'storing an event failed');
+        log.error({ err: (err as Error).message, id: event.id }, 'storing an event failed');
         return { status: 'failed', reason: reason.error('could not store the event, try again later') };
       }
     },
-    async passOn(prepared: PreparedEvent): Promise<SinkResult> {
+    async passOn(event: NostrEvent): Promise<SinkResult> {
+      const prepared = prepareEvent(event);
       // Webhooks: queued before the OK.
       try {
         await outbox.enqueueEphemeral(pool, prepared);
       } catch (err) {
-        log.error({ err: (err as Error).message, id: prepared.event.id }, 'queueing webhooks for an ephemeral event failed');
+        log.error({ err: (err as Error).message, id: event.id }, 'queueing webhooks for an ephemeral event failed');
         return { status: 'failed', reason: reason.error('could not pass the event on, try again later') };
       }
       changes.publish({ type: 'ephemeral', event: prepared, source: 'local' });

@@ -7,7 +7,8 @@
 import type pg from 'pg';
 import type { Answer, EventSink, SinkResult, SinkSlot } from '../admission/admit.js';
 import { addressOf } from '../store/plan-batch.js';
-import type { PreparedEvent } from '../store/prepared-event.js';
+import type { NostrEvent } from '../nostr/event.js';
+import { prepareEvent, type PreparedEvent } from '../store/prepared-event.js';
 import { BulkWriter, type BulkOptions } from './bulk-load.js';
 
 export interface ImportCounts {
@@ -67,17 +68,42 @@ export function countAnswer(counts: ImportCounts, answer: Answer): string | unde
 /** Writes a batch, in order, and answers each of its events. */
 export type BatchWrite = (events: PreparedEvent[]) => Promise<SinkResult[]>;
 
-interface Place {
-  state: 'open' | 'ready' | 'skipped';
-  prepared?: PreparedEvent;
-  resolve?: (result: SinkResult) => void;
-  reject?: (err: unknown) => void;
+/** One event's place: a slot (admit.ts) that hands what it is given to its sink, in its turn. */
+class Place implements SinkSlot {
+  state: 'open' | 'ready' | 'skipped' = 'open';
+  event: NostrEvent | undefined;
+  resolve: ((result: SinkResult) => void) | undefined;
+  reject: ((err: unknown) => void) | undefined;
+
+  constructor(private readonly sink: OrderedSink) {}
+
+  store(event: NostrEvent): Promise<SinkResult> {
+    return new Promise<SinkResult>((resolve, reject) => {
+      this.event = event;
+      this.resolve = resolve;
+      this.reject = reject;
+      this.state = 'ready';
+      this.sink.advance();
+    });
+  }
+
+  // Never asked (passesOnEphemeral is false: admission refuses them first).
+  passOn(): Promise<SinkResult> {
+    this.skip();
+    return Promise.resolve({ status: 'rejected', reason: 'ephemeral: ephemeral events are not stored' });
+  }
+
+  skip(): void {
+    this.state = 'skipped';
+    this.sink.advance();
+  }
 }
 
 /**
  * Places are handed out in arrival order; a batch is written once every place before its end is
  * settled (filled or skipped), when `flush()` asked for it or it reached `maxBatch`. Batches are
- * handed to `write` in order. A failed write rejects its events' answers.
+ * handed to `write` in order, at most `maxWrites` at once (the bulk writer overlaps two). A failed
+ * write rejects its events' answers.
  */
 export class OrderedSink implements EventSink {
   readonly passesOnEphemeral = false;
@@ -87,52 +113,43 @@ export class OrderedSink implements EventSink {
   /** The sequence number of places[0]. */
   private base = 0;
   private batch: Place[] = [];
-  /** Sequence numbers up to which a flush was asked, in order. */
-  private readonly flushes: number[] = [];
+  /** Where a flush was asked (a sequence number), in order, and who awaits its batch's turn. */
+  private readonly flushes: Array<{ at: number; started: () => void }> = [];
+  /** Whole batches waiting for a write to finish, and who awaits each one's turn. */
+  private readonly waiting: Array<{ batch: Place[]; started: Array<() => void> }> = [];
+  private writing = 0;
 
   constructor(
     private readonly write: BatchWrite,
     private readonly maxBatch: number,
+    private readonly maxWrites = 2,
   ) {}
 
   slot(): SinkSlot {
-    const place: Place = { state: 'open' };
+    const place = new Place(this);
     this.places.push(place);
-    return {
-      store: (prepared) =>
-        new Promise<SinkResult>((resolve, reject) => {
-          place.prepared = prepared;
-          place.resolve = resolve;
-          place.reject = reject;
-          place.state = 'ready';
-          this.advance();
-        }),
-      // Never asked (passesOnEphemeral is false: admission refuses them first).
-      passOn: () => {
-        this.skip(place);
-        return Promise.resolve({ status: 'rejected', reason: 'ephemeral: ephemeral events are not stored' });
-      },
-      skip: () => this.skip(place),
-    };
+    return place;
   }
 
-  /** Everything handed out so far is written as soon as it is settled, however few. */
-  flush(): void {
-    this.flushes.push(this.base + this.places.length);
-    this.advance();
+  /**
+   * Everything handed out so far is written as soon as it is settled, however few. Resolves once
+   * the last of it is being written: a reader that awaits this before reading on stays a bounded
+   * distance ahead of the writes.
+   */
+  flush(): Promise<void> {
+    return new Promise((started) => {
+      this.flushes.push({ at: this.base + this.places.length, started });
+      this.advance();
+    });
   }
 
-  private skip(place: Place): void {
-    place.state = 'skipped';
-    this.advance();
-  }
-
-  private advance(): void {
+  /** Hands on every settled place from the head, and writes a batch when one is full or flushed. */
+  advance(): void {
     const places = this.places;
     for (;;) {
-      while (this.flushes.length > 0 && this.flushes[0] <= this.base + this.head) {
-        this.flushes.shift();
-        this.writeBatch();
+      while (this.flushes.length > 0 && this.flushes[0].at <= this.base + this.head) {
+        const { started } = this.flushes.shift()!;
+        this.writeBatch(started);
       }
       if (this.head === places.length || places[this.head].state === 'open') break;
       const place = places[this.head++];
@@ -146,14 +163,33 @@ export class OrderedSink implements EventSink {
     }
   }
 
-  private writeBatch(): void {
-    const batch = this.batch;
-    if (batch.length === 0) return;
+  /** Queues the batch so far; `started` is told when it (or, if it is empty, every batch before it) is being written. */
+  private writeBatch(started?: () => void): void {
+    if (this.batch.length > 0) this.waiting.push({ batch: this.batch, started: [] });
     this.batch = [];
-    this.write(batch.map((p) => p.prepared!)).then(
-      (results) => batch.forEach((p, i) => p.resolve!(results[i])),
-      (err) => batch.forEach((p) => p.reject!(err)),
-    );
+    if (started) {
+      const last = this.waiting.at(-1);
+      if (last) last.started.push(started);
+      else started();
+    }
+    this.startWrites();
+  }
+
+  private startWrites(): void {
+    while (this.writing < this.maxWrites && this.waiting.length > 0) {
+      const { batch, started } = this.waiting.shift()!;
+      this.writing++;
+      for (const tell of started) tell();
+      // Prepared only now, in the batch's turn: what waits holds its JSON alone.
+      const written = Promise.resolve().then(() => this.write(batch.map((p) => prepareEvent(p.event!))));
+      written.then(
+        (results) => batch.forEach((p, i) => p.resolve!(results[i])),
+        (err) => batch.forEach((p) => p.reject!(err)),
+      ).finally(() => {
+        this.writing--;
+        this.startWrites();
+      });
+    }
   }
 }
 

@@ -51,7 +51,7 @@ export interface ImportJsonlResult extends ImportCounts {
   complete: boolean;
 }
 
-/** Batches read and checked ahead of the oldest one not yet written. */
+/** Batches read and being checked ahead of the last one handed to the writer (which writes two at a time). */
 const AHEAD = 3;
 
 export async function importJsonl(pool: pg.Pool, input: Readable, options: ImportJsonlOptions): Promise<ImportJsonlResult> {
@@ -67,24 +67,27 @@ export async function importJsonl(pool: pg.Pool, input: Readable, options: Impor
   const admission = new Admission({ policy: options.policy, verifier: options.verifier, plugin: options.plugin, sink });
   const source = options.source ?? importSource(options.verifier ? 'verify' : 'trust');
 
-  // Each batch of lines is one write (the sink is flushed after it); its answers are counted in
-  // order. Reading runs up to AHEAD batches in front of the oldest answer awaited, so the verifier's
-  // threads and the plugin always have work queued.
-  const counting: Array<Promise<void>> = [];
+  // Each batch of lines is one write (the sink is flushed after it), its answers counted in order
+  // once it is written. Reading runs up to AHEAD batches in front of the last one handed to the
+  // writer, so the verifier's threads and the plugin always have work queued, while what waits for
+  // the writer stays bounded.
+  let counted: Promise<void> = Promise.resolve();
+  let failure: { err: unknown } | undefined;
+  const handedOver: Array<Promise<void>> = [];
   const countInOrder = async (batch: Array<{ line: number; answer: Promise<Answer> }>) => {
-    for (const { line, answer } of batch) {
-      const refused = countAnswer(counts, await answer);
-      if (refused !== undefined) options.onRefused?.(line, refused);
-    }
+    const answers = await Promise.all(batch.map((b) => b.answer));
+    answers.forEach((answer, i) => {
+      const refused = countAnswer(counts, answer);
+      if (refused !== undefined) options.onRefused?.(batch[i].line, refused);
+    });
     progress.update(options.totalBytes ? Math.min(bytesRead, options.totalBytes) : counts.accepted + counts.duplicate + counts.invalid + counts.rejected + counts.failed);
   };
-  let last: Promise<void> = Promise.resolve();
   const enqueue = async (batch: Array<{ line: number; answer: Promise<Answer> }>) => {
-    sink.flush();
-    last = last.then(() => countInOrder(batch));
-    last.catch(() => undefined); // surfaced by the awaits below
-    counting.push(last);
-    while (counting.length > AHEAD) await counting.shift();
+    handedOver.push(sink.flush());
+    counted = counted.then(() => countInOrder(batch));
+    counted.catch((err) => (failure ??= { err }));
+    while (handedOver.length > AHEAD) await handedOver.shift();
+    if (failure) throw failure.err;
   };
 
   const reader = createInterface({ input, crlfDelay: Infinity });
@@ -121,10 +124,10 @@ export async function importJsonl(pool: pg.Pool, input: Readable, options: Impor
       }
     }
     await enqueue(batch);
-    while (counting.length) await counting.shift();
+    await counted;
   } finally {
-    sink.flush();
-    await Promise.allSettled([...pending, ...counting]);
+    void sink.flush();
+    await Promise.allSettled([...pending, counted]);
     reader.close();
     progress.stop();
   }

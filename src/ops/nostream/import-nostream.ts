@@ -93,8 +93,8 @@ export interface EmptyTargetLoadReport {
   indexSeconds: number;
 }
 
-/** Batches being written at once (BulkWriter overlaps two). */
-const WRITES_IN_FLIGHT = 2;
+/** Batches admitted and not yet written: one being checked while two are written (the writer overlaps two). */
+const BATCHES_IN_FLIGHT = 3;
 
 /** The checkpoint key: the source's address without credentials, so each source resumes on its own. */
 export function nostreamCheckpointName(sourceUrl: string): string {
@@ -207,7 +207,7 @@ async function writeInOrder(
     if (!stopRequested()) {
       complete = true;
       for await (const rows of read) {
-        while (writing.length >= WRITES_IN_FLIGHT) await finishOldest();
+        while (writing.length >= BATCHES_IN_FLIGHT) await finishOldest();
         const tally = emptyNostreamCounts();
         const done = write(rows, tally);
         done.catch(() => undefined); // awaited by finishOldest

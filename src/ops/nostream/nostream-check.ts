@@ -100,7 +100,7 @@ export async function admitRows(
     answer.catch(() => undefined); // awaited below
     answers.push([id, answer]);
   }
-  sink.flush();
+  void sink.flush();
   const settled = (async () => {
     for (const [id, answer] of answers) {
       const refused = countAnswer(tally, await answer);

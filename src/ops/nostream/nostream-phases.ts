@@ -125,7 +125,7 @@ export async function bulkBatch(rows: SourceBatch, ordered: OrderedRows, admissi
       lastLoaded = prepared.event.id;
       copy.add(prepared);
       return { status: 'stored' as const };
-    }), Infinity);
+    }), Infinity, Infinity);
   const { settled } = await admitRows(rows, (row) => !ordered.has(row), tally, admission.withSink(sink), sink, verify, (id, reason) => refused.push([id, reason]));
   await settled;
   return { rows: copy.finish(), tally, refused, lastLoaded };
