@@ -37,8 +37,6 @@ export type Outcome = 'stored' | 'passed' | 'duplicate' | 'shadowed' | 'invalid'
 export interface Answer {
   /** The id an OK answers: the event's, or what the input claimed; undefined if none (a NOTICE then). */
   id: string | undefined;
-  /** The event, once its shape passed. */
-  event: NostrEvent | undefined;
   outcome: Outcome;
   /** OK's verdict. */
   accepted: boolean;
@@ -67,13 +65,17 @@ export interface EventSink {
   slot(): SinkSlot;
 }
 
-export interface AdmissionParts {
+/** What judges an event before its sink: the same for every source of one process. */
+export interface AdmissionChecks {
   /** The relay's write rules. */
   policy: Policy;
   /** Checks ids and signatures; a source whose signatures are trusted needs none. */
   verifier: SignatureVerifier | undefined;
   /** WRITE_POLICY_PLUGIN, when set. */
   plugin: WritePlugin | undefined;
+}
+
+export interface AdmissionParts extends AdmissionChecks {
   sink: EventSink;
 }
 
@@ -104,7 +106,7 @@ function faultOrRefusal(event: NostrEvent, result: SinkResult): Answer {
 
 function answer(event: NostrEvent, outcome: Outcome, why = ''): Answer {
   const accepted = outcome === 'stored' || outcome === 'passed' || outcome === 'duplicate' || outcome === 'shadowed';
-  return { id: event.id, event, outcome, accepted, reason: why };
+  return { id: event.id, outcome, accepted, reason: why };
 }
 
 /**
@@ -123,18 +125,13 @@ export async function askPlugin(plugin: WritePlugin, event: NostrEvent, source: 
 export class Admission {
   constructor(private readonly parts: AdmissionParts) {}
 
-  /** The same steps into another sink (an import's phase that loads in bulk). */
-  withSink(sink: EventSink): Admission {
-    return new Admission({ ...this.parts, sink });
-  }
-
   /** Takes one event (as parsed JSON) through every step; never rejects for the event's sake. */
   admit(input: unknown, source: EventSource): Promise<Answer> {
     const slot = this.parts.sink.slot(); // now, before anything is awaited: the arrival order
     const parsed = parseEvent(input);
     if (!parsed.ok) {
       slot.skip();
-      return Promise.resolve({ id: claimedId(input), event: undefined, outcome: 'invalid', accepted: false, reason: parsed.reason });
+      return Promise.resolve({ id: claimedId(input), outcome: 'invalid', accepted: false, reason: parsed.reason });
     }
     return this.take(parsed.value, source, slot);
   }

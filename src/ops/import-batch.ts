@@ -5,7 +5,7 @@
 // rules, rows by COPY); import-nostream's first phase encodes its rows for one load instead. Each
 // answer is counted here.
 import type pg from 'pg';
-import type { Answer, EventSink, SinkResult, SinkSlot } from '../admission/admit.js';
+import { EPHEMERAL_NOT_STORED, type Answer, type EventSink, type SinkResult, type SinkSlot } from '../admission/admit.js';
 import { addressOf } from '../store/plan-batch.js';
 import type { NostrEvent } from '../nostr/event.js';
 import { prepareEvent, type PreparedEvent } from '../store/prepared-event.js';
@@ -90,7 +90,7 @@ class Place implements SinkSlot {
   // Never asked (passesOnEphemeral is false: admission refuses them first).
   passOn(): Promise<SinkResult> {
     this.skip();
-    return Promise.resolve({ status: 'rejected', reason: 'ephemeral: ephemeral events are not stored' });
+    return Promise.resolve({ status: 'rejected', reason: EPHEMERAL_NOT_STORED });
   }
 
   skip(): void {

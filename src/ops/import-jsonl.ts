@@ -51,6 +51,9 @@ export interface ImportJsonlResult extends ImportCounts {
   complete: boolean;
 }
 
+/** A batch of lines admitted: each line's number and its answer. */
+type Admitted = Array<{ line: number; answer: Promise<Answer> }>;
+
 /** Batches read and being checked ahead of the last one handed to the writer (which writes two at a time). */
 const AHEAD = 3;
 
@@ -74,7 +77,7 @@ export async function importJsonl(pool: pg.Pool, input: Readable, options: Impor
   let counted: Promise<void> = Promise.resolve();
   let failure: { err: unknown } | undefined;
   const handedOver: Array<Promise<void>> = [];
-  const countInOrder = async (batch: Array<{ line: number; answer: Promise<Answer> }>) => {
+  const countInOrder = async (batch: Admitted) => {
     const answers = await Promise.all(batch.map((b) => b.answer));
     answers.forEach((answer, i) => {
       const refused = countAnswer(counts, answer);
@@ -82,7 +85,7 @@ export async function importJsonl(pool: pg.Pool, input: Readable, options: Impor
     });
     progress.update(options.totalBytes ? Math.min(bytesRead, options.totalBytes) : counts.accepted + counts.duplicate + counts.invalid + counts.rejected + counts.failed);
   };
-  const enqueue = async (batch: Array<{ line: number; answer: Promise<Answer> }>) => {
+  const enqueue = async (batch: Admitted) => {
     handedOver.push(sink.flush());
     counted = counted.then(() => countInOrder(batch));
     counted.catch((err) => (failure ??= { err }));
@@ -91,9 +94,8 @@ export async function importJsonl(pool: pg.Pool, input: Readable, options: Impor
   };
 
   const reader = createInterface({ input, crlfDelay: Infinity });
-  let batch: Array<{ line: number; answer: Promise<Answer> }> = [];
+  let batch: Admitted = [];
   let lineNo = 0;
-  const pending: Array<Promise<Answer>> = [];
   try {
     for await (const text of reader) {
       lineNo++;
@@ -115,19 +117,17 @@ export async function importJsonl(pool: pg.Pool, input: Readable, options: Impor
       }
       const answer = admission.admit(event, source);
       answer.catch(() => undefined); // awaited in countInOrder
-      pending.push(answer);
       batch.push({ line: lineNo, answer });
       if (batch.length >= batchSize) {
         await enqueue(batch);
         batch = [];
-        pending.length = 0;
       }
     }
     await enqueue(batch);
     await counted;
   } finally {
     void sink.flush();
-    await Promise.allSettled([...pending, counted]);
+    await Promise.allSettled([...batch.map((b) => b.answer), counted]);
     reader.close();
     progress.stop();
   }

@@ -35,7 +35,7 @@ import type { SignatureVerifier } from '../../nostr/verifier.js';
 import type { Policy } from '../../policy/policy.js';
 import { clearCheckpoint, readCheckpoint, saveCheckpoint } from '../checkpoint.js';
 import { bulkOptions } from '../bulk-load.js';
-import { Admission } from '../../admission/admit.js';
+import type { AdmissionChecks } from '../../admission/admit.js';
 import type { WritePlugin } from '../../policy/write-plugin.js';
 import { EmptyTargetLoad } from './empty-target-load.js';
 import { bulkWrite, OrderedSink } from '../import-batch.js';
@@ -92,6 +92,9 @@ export interface EmptyTargetLoadReport {
   /** Of those, building the indexes and committing. */
   indexSeconds: number;
 }
+
+/** What judges each row before it is written: the relay's rules, the verifier with --verify, the plugin. */
+const checksOf = (options: ImportNostreamOptions): AdmissionChecks => ({ policy: options.policy, verifier: options.verifier, plugin: options.plugin });
 
 /** Batches admitted and not yet written: one being checked while two are written (the writer overlaps two). */
 const BATCHES_IN_FLIGHT = 3;
@@ -170,7 +173,6 @@ async function writeInOrder(
 ): Promise<boolean> {
   const batchSize = options.batchSize ?? 5000;
   const sink = new OrderedSink(bulkWrite(target, { ...(await bulkOptions(target)), relay: options.policy.relay }), batchSize);
-  const admission = new Admission({ policy: options.policy, verifier: options.verifier, plugin: options.plugin, sink });
   // Phase 2's rows are few among many: one query finds and sorts them (see streamedBatches).
   const read = ordered ? streamedBatches(source, table, position, batchSize, OrderedRows.sql) : keysetBatches(source, table, position, batchSize);
 
@@ -178,7 +180,7 @@ async function writeInOrder(
   // its counts go into its own tally, merged into the totals when the batch is done, in order, so a
   // checkpoint never counts a batch it does not cover.
   const write = async (rows: SourceBatch, tally: NostreamCounts) => {
-    const { softDeleted, settled } = await admitRows(rows, select, tally, admission, sink, options.verifier !== undefined, options.onRefused);
+    const { softDeleted, settled } = await admitRows(rows, select, tally, checksOf(options), sink, options.onRefused);
     const removal = softDeleted.length
       ? target.query('DELETE FROM events WHERE id = ANY($1::bytea[])', [softDeleted]).then((r) => {
           tally.removed += r.rowCount ?? 0;
@@ -253,9 +255,7 @@ async function loadInBulk(
     indexSeconds,
   });
   const load = await EmptyTargetLoad.begin(target, await bulkOptions(target));
-  // bulkBatch gives each batch a sink of its own (admission.withSink).
-  const admission = new Admission({ policy: options.policy, verifier: options.verifier, plugin: options.plugin, sink: new OrderedSink(async () => [], 1) });
-  const prepare = (rows: SourceBatch, lastLoaded: string) => bulkBatch(rows, ordered, admission, options.verifier !== undefined, lastLoaded);
+  const prepare = (rows: SourceBatch, lastLoaded: string) => bulkBatch(rows, ordered, checksOf(options), lastLoaded);
 
   const batches = keysetBatches(source, table, Buffer.alloc(0), options.batchSize ?? 5000);
   let preparing: Promise<BulkBatch> | undefined;

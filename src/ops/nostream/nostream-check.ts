@@ -2,7 +2,7 @@
 // admission path (admission/admit.ts) as an `import` line is. Both modes of import-nostream read
 // rows here, and only here.
 import { setImmediate as nextTurn } from 'node:timers/promises';
-import type { Admission, Answer } from '../../admission/admit.js';
+import { Admission, type AdmissionChecks, type Answer } from '../../admission/admit.js';
 import { importSource } from '../../admission/source.js';
 import { expirationOf, type Tag } from '../../nostr/tags.js';
 import * as reason from '../../nostr/reason.js';
@@ -38,25 +38,25 @@ export interface AdmittedRows {
 }
 
 /**
- * Rebuilds each row's event from its columns and admits it through `admission` into `sink` (whose
+ * Rebuilds each row's event from its columns and admits it, judged by `checks`, into `sink` (whose
  * places it takes in row order, then flushes). Soft-deleted and expired rows are counted and left
  * out, and a row whose tags are not JSON is refused, before admission. `select` says which rows of
  * the batch are this pass's (the others are neither admitted nor counted). Counts go into `tally`,
  * merged into the totals when the batch is written, so a checkpoint never counts a batch it does not
- * cover. Signatures are checked only where the admission has a verifier (nostream verified them on
+ * cover. Signatures are checked only where `checks` has a verifier (nostream verified them on
  * arrival; ids are always recomputed).
  */
 export async function admitRows(
   rows: SourceBatch,
   select: ((row: SourceRow) => boolean) | undefined,
   tally: NostreamCounts,
-  admission: Admission,
+  checks: AdmissionChecks,
   sink: OrderedSink,
-  verify: boolean,
   onRefused: ((id: string, reason: string) => void) | undefined,
 ): Promise<AdmittedRows> {
   const now = Math.floor(Date.now() / 1000);
-  const source = importSource(verify ? 'verify' : 'trust');
+  const admission = new Admission({ ...checks, sink });
+  const source = importSource(checks.verifier ? 'verify' : 'trust');
   const softDeleted: Buffer[] = [];
   const answers: Array<[string, Promise<Answer>]> = [];
   let i = 0;

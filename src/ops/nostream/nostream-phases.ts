@@ -6,7 +6,7 @@ import type pg from 'pg';
 import { isAddressable, isReplaceable, KIND_DELETION, KIND_GIFT_WRAP, KIND_VANISH } from '../../nostr/kinds.js';
 import { dTagOf } from '../../nostr/tags.js';
 import { addressKey } from '../../store/plan-batch.js';
-import type { Admission } from '../../admission/admit.js';
+import type { AdmissionChecks } from '../../admission/admit.js';
 import { EventRows, type EncodedRows } from '../bulk-load.js';
 import { OrderedSink } from '../import-batch.js';
 import { admitRows, emptyNostreamCounts, type NostreamCounts } from './nostream-check.js';
@@ -115,7 +115,7 @@ export interface BulkBatch {
  * not) would fail the primary key, and rows come in event_id order, so a repeat follows the row it
  * repeats.
  */
-export async function bulkBatch(rows: SourceBatch, ordered: OrderedRows, admission: Admission, verify: boolean, lastLoaded: string): Promise<BulkBatch> {
+export async function bulkBatch(rows: SourceBatch, ordered: OrderedRows, checks: AdmissionChecks, lastLoaded: string): Promise<BulkBatch> {
   const tally = emptyNostreamCounts();
   const refused: Array<[string, string]> = [];
   const copy = new EventRows(rows.length);
@@ -126,7 +126,7 @@ export async function bulkBatch(rows: SourceBatch, ordered: OrderedRows, admissi
       copy.add(prepared);
       return { status: 'stored' as const };
     }), Infinity, Infinity);
-  const { settled } = await admitRows(rows, (row) => !ordered.has(row), tally, admission.withSink(sink), sink, verify, (id, reason) => refused.push([id, reason]));
+  const { settled } = await admitRows(rows, (row) => !ordered.has(row), tally, checks, sink, (id, reason) => refused.push([id, reason]));
   await settled;
   return { rows: copy.finish(), tally, refused, lastLoaded };
 }
