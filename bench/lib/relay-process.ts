@@ -19,8 +19,11 @@ export interface RelayProcess {
 const MAIN = path.join(packageRoot(), 'dist/src/main.js');
 const NODE_FLAGS = ['--max-semi-space-size=64'];
 
-/** `env` overrides the relay's configuration; LOG_LEVEL stays `info`, since its start-up line carries the URL. */
-export async function startRelayProcess(env: Record<string, string> = {}): Promise<RelayProcess> {
+/**
+ * `env` overrides the relay's configuration; LOG_LEVEL stays `info`, since its start-up line carries the URL.
+ * Error lines are echoed on stderr unless `echoErrors` is false (a bench that causes them on purpose counts them in `logs`).
+ */
+export async function startRelayProcess(env: Record<string, string> = {}, { echoErrors = true } = {}): Promise<RelayProcess> {
   const child = spawn(process.execPath, [...NODE_FLAGS, MAIN], {
     // Every benchmark client connects from loopback, far faster than a client should: exempt it from
     // the rate limits (they are still checked: an exemption lookup per message).
@@ -41,7 +44,7 @@ export async function startRelayProcess(env: Record<string, string> = {}): Promi
           clearTimeout(timer);
           resolve(entry.url);
         }
-        if (entry.level >= 50) console.error(line);
+        if (entry.level >= 50 && echoErrors) console.error(line);
       } catch {
         /* not a log line */
       }
