@@ -59,6 +59,9 @@ describe('embedded PostgreSQL killed under a running relay', () => {
     await until(() => subscriber.messages.filter((m) => m[0] === 'EVENT').length >= all.length, 'every event delivered live', 60_000);
     expect(subscriber.messages.filter((m) => m[0] === 'EVENT').map((m) => (m[2] as NostrEvent).id).sort()).toEqual(all);
     expect(relay!.logs.filter((l) => l.msg === 'embedded PostgreSQL started again')).toHaveLength(1);
+    const metrics = await (await fetch(relay!.url.replace(/^ws/, 'http') + '/metrics')).text();
+    expect(metrics).toMatch(/^pgrelay_embedded_restarts_total 1$/m);
+    expect(metrics).toMatch(/^pgrelay_database_reachable 1$/m);
     publisher.ws.close();
     subscriber.ws.close();
 
