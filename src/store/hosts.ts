@@ -119,14 +119,29 @@ export class HostFinder {
 
   private async search(): Promise<Host> {
     const { hosts, attrs } = this.address;
-    const probes = await Promise.all(hosts.map((h) => this.probe(h).then((role) => ({ h, role }), (err: Error & { code?: string }) => ({ h, err }))));
-    const pick =
-      attrs === 'prefer-standby'
-        ? (probes.find((p) => 'role' in p && p.role.standby) ?? probes.find((p) => 'role' in p))
-        : probes.find((p) => 'role' in p && fits(attrs, p.role));
+    type Probe = { h: Host; role: Role } | { h: Host; err: Error & { code?: string } };
+    const pending = hosts.map((h) => this.probe(h).then((role): Probe => ({ h, role }), (err: Error & { code?: string }): Probe => ({ h, err })));
+    // The first that fits, in the URL's order, without waiting for servers that answer slowly (a
+    // frozen one answers nothing): a later one is taken once every earlier one has been ruled out.
+    const probes: Array<Probe | undefined> = hosts.map(() => undefined);
+    const wanted = (p: Probe) => 'role' in p && (attrs === 'prefer-standby' ? p.role.standby : fits(attrs, p.role));
+    let pick = await new Promise<Probe | undefined>((resolve) => {
+      let left = hosts.length;
+      pending.forEach((promise, i) =>
+        promise.then((p) => {
+          probes[i] = p;
+          left--;
+          const first = probes.findIndex((q) => q === undefined || wanted(q));
+          if (first >= 0 && probes[first] !== undefined) resolve(probes[first]);
+          else if (left === 0) resolve(undefined);
+        }),
+      );
+    });
+    if (!pick && attrs === 'prefer-standby') pick = probes.find((p) => p !== undefined && 'role' in p);
     if (!pick) {
-      const reasons = probes.map((p) => `${hostName(p.h)}: ${'err' in p ? p.err.message : p.role.standby ? 'a standby' : 'read-only'}`).join('; ');
-      const firstError = probes.find((p): p is { h: Host; err: Error & { code?: string } } => 'err' in p)?.err;
+      const answered = probes.filter((p): p is Probe => p !== undefined);
+      const reasons = answered.map((p) => `${hostName(p.h)}: ${'err' in p ? p.err.message : p.role.standby ? 'a standby' : 'read-only'}`).join('; ');
+      const firstError = answered.find((p): p is { h: Host; err: Error & { code?: string } } => 'err' in p)?.err;
       const err = new NoServerError(hosts.length > 1 ? `no database server is ${ATTRS_WORDS[attrs]} (${reasons})` : (firstError?.message ?? reasons), firstError?.code);
       this.failedFind = { at: Date.now(), err };
       this.reachable = false;
