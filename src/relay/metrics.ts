@@ -62,6 +62,23 @@ export interface GaugeSources {
   hotTier(): { events: number; bytes: number; windowStart: number; replaceableComplete: boolean } | undefined;
   /** The write-policy plugin (WRITE_POLICY_PLUGIN), when configured. */
   writePlugin?(): WritePluginState;
+  /** The database as this process sees it (docs/ha.md). */
+  database?(): DatabaseState;
+}
+
+export interface DatabaseState {
+  /** The live feed's last read succeeded (and the one under way is not stalled). */
+  reachable: boolean;
+  /** host:port in use when DATABASE_URL names several hosts (or a target_session_attrs). */
+  server?: string;
+  /** Times the server in use changed (failovers, switchovers). */
+  failovers: number;
+  /** Times the embedded PostgreSQL was found dead and started again. */
+  embeddedRestarts: number;
+  /** Write batches tried again after the database was unavailable. */
+  writeRetries: number;
+  /** REQs the hot tier answered while the database could not be read. */
+  answeredUnreachable: number;
 }
 
 export class RelayMetrics {
@@ -137,6 +154,28 @@ export class RelayMetrics {
     gauge('pgrelay_webhook_queue_deliveries', 'Webhook deliveries queued (sampled every few seconds)', () => sources.webhookQueue().queued);
     gauge('pgrelay_webhook_dead_deliveries', 'Webhook deliveries given up (older than WEBHOOK_MAX_AGE_SECONDS)', () => sources.webhookQueue().dead);
     gauge('pgrelay_webhook_queue_oldest_seconds', 'Age of the oldest queued webhook delivery', () => sources.webhookQueue().oldestSeconds);
+    if (sources.database) {
+      const db = sources.database;
+      gauge('pgrelay_database_reachable', '1 while the database answers this process (its live feed reads succeed), 0 while it is down or failing over', () => (db().reachable ? 1 : 0));
+      // Running totals kept by the parts that count them, read when scraped.
+      const total = (name: string, help: string, read: () => number) =>
+        new Counter({ name, help, registers, collect() { this.reset(); this.inc(read()); } });
+      total('pgrelay_database_failovers_total', 'Times the database server in use changed (DATABASE_URL with several hosts): failovers and switchovers', () => db().failovers);
+      total('pgrelay_embedded_restarts_total', 'Times the embedded PostgreSQL was found dead and started again', () => db().embeddedRestarts);
+      total('pgrelay_write_retries_total', 'Write transactions tried again because the database was unavailable', () => db().writeRetries);
+      total('pgrelay_hot_tier_reqs_unreachable_total', 'REQs the hot tier answered from memory while the database could not be read', () => db().answeredUnreachable);
+      new Gauge({
+        name: 'pgrelay_database_server_info',
+        help: 'The database server in use (host:port), when DATABASE_URL names several hosts',
+        labelNames: ['server'],
+        registers,
+        collect() {
+          this.reset();
+          const server = db().server;
+          if (server) this.set({ server }, 1);
+        },
+      });
+    }
     gauge('pgrelay_hot_tier_events', 'Events held in the hot tier', () => sources.hotTier()?.events ?? 0);
     gauge('pgrelay_hot_tier_bytes', 'Estimated bytes held by the hot tier (events and their indexes)', () => sources.hotTier()?.bytes ?? 0);
     gauge('pgrelay_hot_tier_window_seconds', 'Age of the oldest created_at the hot tier holds completely (-1: it holds everything; 0: not filled)', () => {

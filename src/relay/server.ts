@@ -20,6 +20,7 @@ import { hotTierBytes } from '../store/hot/budget.js';
 import { HotTierService } from '../store/hot/service.js';
 import type { SnapshotLoad } from '../store/hot/snapshot-load.js';
 import { ReadRouter } from '../store/replicas.js';
+import type { HostFinder } from '../store/hosts.js';
 import { deleteExpiredEvents } from '../store/expiry.js';
 import { startRetention } from '../store/retention.js';
 import { addressList, clientAddress, trustedProxies, type AddressList } from './client-address.js';
@@ -97,6 +98,9 @@ function refuseUpgrade(socket: Duplex, status: number, text: string, why: string
 export interface PrimaryDatabase {
   pool: pg.Pool;
   url: string;
+  /** Which server of several is in use (store/hosts.ts), for the metrics. */
+  finder?: Pick<HostFinder, 'serving' | 'changes'>;
+  embedded?: { restarts(): number };
 }
 
 export async function startRelay(config: Config, db: PrimaryDatabase, log: Logger, options: { snapshot?: SnapshotLoad } = {}): Promise<RelayServer> {
@@ -121,6 +125,14 @@ export async function startRelay(config: Config, db: PrimaryDatabase, log: Logge
     pool: () => ({ total: pool.totalCount, idle: pool.idleCount, waiting: pool.waitingCount }),
     hotTier: () => tier?.current,
     writePlugin: pluginState,
+    database: () => ({
+      reachable: side?.feed.reachable ?? true,
+      server: db.finder?.serving,
+      failovers: db.finder?.changes ?? 0,
+      embeddedRestarts: db.embedded?.restarts() ?? 0,
+      writeRetries: side?.writer.stats.retries ?? 0,
+      answeredUnreachable: tier?.stats.unreachable ?? 0,
+    }),
   });
   const tierBytes = hotTierBytes(config.HOT_TIER_MB);
   // Every event arrives through side.admission; what any process, host or import commits reaches
@@ -141,6 +153,7 @@ export async function startRelay(config: Config, db: PrimaryDatabase, log: Logge
     () => changes.position,
     { maxLagMs: config.READ_REPLICA_MAX_LAG_MS, waitMs: config.READ_REPLICA_WAIT_MS },
     log,
+    () => !feed.reachable,
   ).start();
   const ctx: RelayContext = {
     config,
@@ -311,6 +324,8 @@ export async function startRelay(config: Config, db: PrimaryDatabase, log: Logge
     // Every event already being written gets its OK before its socket closes.
     const deadline = new Promise((r) => setTimeout(r, config.SHUTDOWN_TIMEOUT_MS).unref());
     await Promise.race([ctx.writer.drain(), deadline]);
+    // A batch still waiting for the database gets its error now, not after the process is gone.
+    ctx.writer.stopRetrying();
     await new Promise((r) => setImmediate(r));
     for (const connection of connections.values()) connection.close(1001, 'relay shutting down');
     wss.close();

@@ -10,6 +10,7 @@ import type { Pool as HttpPool } from 'undici';
 import type pg from 'pg';
 import type { Logger } from '../log.js';
 import type { ChangeStream } from '../store/changes.js';
+import { isUnavailable } from '../store/pg-errors.js';
 import {
   claimDeliveries, completeDeliveries, failDeliveries, postponeDeliveries, readEndpoints, readGeneration, renewLeases, type Claim, type ClaimedDelivery, type EndpointRow,
 } from '../store/webhook-queue.js';
@@ -178,12 +179,18 @@ export class WebhookWorker {
 
   private async run(): Promise<void> {
     const pollMs = this.settings.pollMs ?? 500;
+    let unavailable = false;
     while (this.running) {
       let claimed: ClaimedDelivery[] = [];
       try {
         claimed = await this.deliverSome();
+        if (unavailable) this.log.info('webhooks: the database answers again; delivering');
+        unavailable = false;
       } catch (err) {
-        this.log.error({ err: (err as Error).message }, 'webhook delivery failed');
+        // The database restarting or failing over: said once, and the queue waits (it is in the database).
+        if (!isUnavailable(err)) this.log.error({ err: (err as Error).message }, 'webhook delivery failed');
+        else if (!unavailable) this.log.warn({ err: (err as Error).message }, 'webhooks: the database is unavailable; deliveries wait');
+        unavailable = isUnavailable(err);
       }
       if (claimed.length === 0 && this.running) await new Promise<void>((resolve) => {
         const timer = setTimeout(resolve, pollMs);

@@ -7,11 +7,16 @@ import type { Logger } from '../log.js';
 import { startEmbeddedPostgres, type EmbeddedPostgres } from './embedded.js';
 import { migrateLatest, migrationStatus, pendingMigrations } from './migrate.js';
 import { SQLSTATE } from './pg-errors.js';
+import { connectionOptions, currentUrl, describeHosts, finderFor, needsFinder, newClient, parseDatabaseUrl, type HostFinder } from './hosts.js';
 import { FatalError } from '../fatal.js';
 
 export interface Database {
   url: string;
   pool: pg.Pool;
+  /** With several hosts (or target_session_attrs): which server is in use, and its changes. */
+  finder?: HostFinder;
+  /** The embedded server's restarts after a crash (undefined with DATABASE_URL). */
+  embedded?: { restarts(): number };
   /** knex on this database, for the migrate command; loaded on first use (most starts never need it). */
   knex(): Promise<Knex>;
   /** `leaveAdopted`: after a failed start, an embedded server this process found running stays up. */
@@ -41,7 +46,8 @@ export function withDatabaseName(url: string, name: string): string {
 
 export function createPool(url: string, config: Pick<Config, 'DB_POOL_SIZE' | 'QUERY_TIMEOUT_MS'>, log: Logger): pg.Pool {
   const pool = new pg.Pool({
-    connectionString: url,
+    ...connectionOptions(url),
+    keepAlive: true,
     max: config.DB_POOL_SIZE,
     // One pathological query must not hold a connection for long (a REQ that times out gets CLOSED).
     statement_timeout: config.QUERY_TIMEOUT_MS,
@@ -61,13 +67,19 @@ export function createPool(url: string, config: Pick<Config, 'DB_POOL_SIZE' | 'Q
 
 export async function createKnex(url: string): Promise<Knex> {
   const { default: knexFactory } = await import('knex');
-  return knexFactory({ client: 'pg', connection: url, pool: { min: 0, max: 4 } });
+  // knex opens its own connections: on the server the URL leads to now.
+  return knexFactory({ client: 'pg', connection: await currentUrl(url), pool: { min: 0, max: 4 } });
 }
 
 /** Where a URL points, without its password: for messages. */
 function describeUrl(url: string): { server: string; user: string; database: string } {
-  const u = new URL(url);
-  return { server: `${u.hostname}:${u.port || 5432}`, user: decodeURIComponent(u.username) || '(default user)', database: decodeURIComponent(u.pathname.slice(1)) || '(default)' };
+  const server = describeHosts(url);
+  try {
+    const u = new URL(parseDatabaseUrl(url).base);
+    return { server, user: decodeURIComponent(u.username) || '(default user)', database: decodeURIComponent(u.pathname.slice(1)) || '(default)' };
+  } catch {
+    return { server, user: '(default user)', database: '(default)' };
+  }
 }
 
 const CONNECT_TIMEOUT_MS = 5000;
@@ -77,7 +89,7 @@ const CONNECT_TIMEOUT_MS = 5000;
  * password or a missing database is reported as such (FatalError), not as whatever statement failed first.
  */
 async function checkConnection(url: string): Promise<void> {
-  const client = new pg.Client({ connectionString: url, connectionTimeoutMillis: CONNECT_TIMEOUT_MS });
+  const client = newClient(url, { connectionTimeoutMillis: CONNECT_TIMEOUT_MS });
   client.on('error', () => {}); // a failure is reported by connect()
   try {
     await client.connect();
@@ -115,7 +127,7 @@ export function connectionError(err: unknown, url: string): FatalError {
 
 /** The migrations of this build not applied to the database at `url` (one connection, one query). */
 async function pendingOn(url: string): Promise<string[]> {
-  const pool = new pg.Pool({ connectionString: url, max: 1 });
+  const pool = new pg.Pool({ ...connectionOptions(url), max: 1 });
   try {
     return await pendingMigrations(pool);
   } finally {
@@ -171,11 +183,16 @@ export async function openDatabase(
   const pool = createPool(url, config, log);
   const at = url;
   let opened: Promise<Knex> | undefined = knex && Promise.resolve(knex);
+  const finder = needsFinder(url) ? finderFor(url) : undefined;
+  const server = embedded;
   return {
     url,
     pool,
+    finder,
+    embedded: server && { restarts: () => server.restarts() },
     knex: () => (opened ??= createKnex(at)),
     async close(closeOptions = {}) {
+      finder?.stop();
       await pool.end();
       await (await opened)?.destroy();
       if (embedded && !(closeOptions.leaveAdopted && !embedded.startedHere)) await embedded.stop();

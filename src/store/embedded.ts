@@ -24,6 +24,8 @@ export interface EmbeddedPostgres {
   port: number;
   /** False when a server already running on DATA_DIR was joined. */
   startedHere: boolean;
+  /** How many times the server was found dead and started again (supervise). */
+  restarts(): number;
   stop(): Promise<void>;
 }
 
@@ -162,26 +164,104 @@ export async function startEmbeddedPostgres(dataDirSetting: string, portSetting:
   const running = await runningPort(bin, pgdata, runAs);
   const joined = running !== undefined;
   const port = running ?? (portSetting || (await freePort()));
+  const logFile = path.join(dataDir, 'postgres.log');
+  const start = () => startServer(bin, pgdata, logFile, port, runAs);
   if (joined) {
     if (owner) log.warn({ pgdata, port }, 'adopting an embedded PostgreSQL left running by an earlier process');
   } else {
-    const logFile = path.join(dataDir, 'postgres.log');
-    // A quarter of the machine's memory for PostgreSQL's buffer pool (128 MB to 8 GB), PostgreSQL's
-    // usual advice: the query indexes of millions of events then stay in memory. Do not count on the
-    // OS page cache: some hosts (VMs with proactive reclaim) empty it, and a REQ then waits on disk.
-    const sharedBuffersMb = Math.round(Math.min(8192, Math.max(128, totalmem() / 4 / 2 ** 20)));
-    await run(bin.pg_ctl, ['start', '-D', pgdata, '-l', logFile, '-w', '-t', '120', '-o', `-p ${port} -c shared_buffers=${sharedBuffersMb}MB`], runAs);
+    await start();
     log.info({ pgdata, port }, 'embedded PostgreSQL started');
   }
   const adminUrl = `postgres://postgres:${encodeURIComponent(password)}@127.0.0.1:${port}/postgres`;
+  // The relay keeps its server alive; an operator command beside a relay leaves that to the relay.
+  const supervisor = owner ? superviseServer(pgdata, start, log) : undefined;
   return {
     adminUrl,
     port,
     startedHere: !joined,
+    restarts: () => supervisor?.restarts ?? 0,
     async stop() {
+      await supervisor?.stop();
       if (joined && !owner) return;
       await run(bin.pg_ctl, ['stop', '-D', pgdata, '-m', 'fast', '-w', '-t', '60'], runAs);
       log.info({ pgdata }, 'embedded PostgreSQL stopped');
     },
   };
+}
+
+/** pg_ctl start, waiting until the server accepts connections (after crash recovery, if it crashed). */
+async function startServer(bin: Binaries, pgdata: string, logFile: string, port: number, runAs: RunAs): Promise<void> {
+  // A quarter of the machine's memory for PostgreSQL's buffer pool (128 MB to 8 GB), PostgreSQL's
+  // usual advice: the query indexes of millions of events then stay in memory. Do not count on the
+  // OS page cache: some hosts (VMs with proactive reclaim) empty it, and a REQ then waits on disk.
+  const sharedBuffersMb = Math.round(Math.min(8192, Math.max(128, totalmem() / 4 / 2 ** 20)));
+  await run(bin.pg_ctl, ['start', '-D', pgdata, '-l', logFile, '-w', '-t', '120', '-o', `-p ${port} -c shared_buffers=${sharedBuffersMb}MB`], runAs);
+}
+
+/** The postmaster's pid (line 1 of postmaster.pid), or undefined when there is no such file. */
+async function postmasterPid(pgdata: string): Promise<number | undefined> {
+  try {
+    return Number((await readFile(path.join(pgdata, 'postmaster.pid'), 'utf8')).split('\n')[0]);
+  } catch {
+    return undefined;
+  }
+}
+
+/** Whether a process runs: a zombie (dead, not yet reaped by whoever adopted it) does not. */
+async function running(pid: number): Promise<boolean> {
+  try {
+    process.kill(pid, 0);
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== 'EPERM') return false;
+  }
+  if (platform() !== 'linux') return true;
+  // /proc/<pid>/stat: "pid (comm) S …", the state after the last parenthesis.
+  const stat = await readFile(`/proc/${pid}/stat`, 'utf8').catch(() => '');
+  const state = stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3);
+  return state !== '' && state !== 'Z' && state !== 'X';
+}
+
+const WATCH_MS = 250;
+
+/**
+ * Watches the postmaster and starts it again when it dies (an OOM kill, a crash): PostgreSQL's crash
+ * recovery replays its WAL, so every committed transaction is there. Until it answers, the relay's
+ * pools, LISTEN connection, webhook queue and router lock fail and retry by themselves; what it
+ * acknowledged before is on disk. A start refused while the dead server's processes still hold its
+ * shared memory is tried again.
+ */
+function superviseServer(pgdata: string, start: () => Promise<void>, log: Logger): { restarts: number; stop(): Promise<void> } {
+  const state = { restarts: 0, stopped: false, stop: async () => undefined as void };
+  let timer: NodeJS.Timeout | undefined;
+  let checking: Promise<void> = Promise.resolve();
+  const check = async () => {
+    const pid = await postmasterPid(pgdata);
+    if (state.stopped) return;
+    if (pid !== undefined && (await running(pid))) return;
+    const since = performance.now();
+    log.error({ pgdata, pid }, 'embedded PostgreSQL is not running: starting it again');
+    for (let attempt = 1, waitMs = 200; !state.stopped; attempt++, waitMs = Math.min(waitMs * 2, 2000)) {
+      try {
+        await start();
+        state.restarts++;
+        log.warn({ pgdata, seconds: Number(((performance.now() - since) / 1000).toFixed(2)), attempts: attempt }, 'embedded PostgreSQL started again');
+        return;
+      } catch (err) {
+        log.warn({ err: (err as Error).message, retryMs: waitMs }, 'embedded PostgreSQL did not start again yet');
+        await new Promise((r) => setTimeout(r, waitMs));
+      }
+    }
+  };
+  const tick = () => {
+    timer = setTimeout(() => void (checking = check().finally(() => !state.stopped && tick())), WATCH_MS);
+    timer.unref();
+  };
+  tick();
+  // A start under way finishes before the caller stops the server.
+  state.stop = async () => {
+    state.stopped = true;
+    clearTimeout(timer);
+    await checking.catch(() => undefined);
+  };
+  return state;
 }

@@ -32,6 +32,7 @@ import pg from 'pg';
 import type { Logger } from '../log.js';
 import type { NostrEvent } from '../nostr/event.js';
 import type { ChangeStream } from './changes.js';
+import { newClient } from './hosts.js';
 import { lsnValue } from './lsn.js';
 import { prepareEvent, prepareStored, type PreparedEvent } from './prepared-event.js';
 import type { OwnTransactions } from './write.js';
@@ -41,6 +42,8 @@ const EPHEMERAL_CHANNEL = 'pgrelay_ephemeral';
 /** Below PostgreSQL's 8,000-byte payload limit, with room for the envelope. */
 const MAX_PAYLOAD_BYTES = 7_900;
 const EPHEMERAL_KEEP = '1 minute';
+/** A read running longer than this means the server is not answering (a read is a few ms). */
+const READ_STALLED_MS = 1500;
 
 export interface FeedOptions {
   /** A read at least this often, notified or not: it moves the horizon and is the safety net. */
@@ -135,6 +138,8 @@ export class ChangeFeed implements OwnTransactions {
   private readonly removals: { horizon: bigint; done: Set<bigint>; partial?: { txid: bigint; seq: bigint } } | undefined;
   /** When a read last finished (the hot tier refills after a long gap: removals may have been swept). */
   lastReadAt = Date.now();
+  /** The last read failed: the database is unavailable (restarting, failing over) until one succeeds. */
+  private failing = false;
   /** Ephemeral events other processes sent here (tests). */
   readonly stats = { ephemeralReceived: 0 };
 
@@ -189,6 +194,15 @@ export class ChangeFeed implements OwnTransactions {
     this.requestRead();
   }
 
+  /**
+   * False while the database cannot be read: the last read failed, or the one under way has waited
+   * longer than a healthy server ever makes it (a frozen server answers nothing and closes nothing).
+   * The hot tier then answers from what this process has read (docs/ha.md).
+   */
+  get reachable(): boolean {
+    return !this.failing && !(this.reading !== undefined && performance.now() - this.lastStart > READ_STALLED_MS);
+  }
+
   /** Calls `fn` once a read that starts after this call has finished (see Subscription.goLive). */
   afterNextRead(fn: () => void): void {
     this.waiting.push(fn);
@@ -223,9 +237,14 @@ export class ChangeFeed implements OwnTransactions {
     this.nextReadDone = undefined; // its read starts now: later callers wait for the one after
     this.reading = this.read()
       .then(
-        () => waiting.forEach((fn) => fn()),
+        () => {
+          if (this.failing) this.log.info('live feed: reading new events again');
+          this.failing = false;
+          waiting.forEach((fn) => fn());
+        },
         (err) => {
-          this.log.warn({ err: (err as Error).message }, 'live feed: reading new events failed, retrying');
+          if (!this.failing) this.log.warn({ err: (err as Error).message }, 'live feed: reading new events failed, retrying');
+          this.failing = true;
           this.waiting.unshift(...waiting); // not read past anything: they wait for the next read
         },
       )
@@ -359,7 +378,7 @@ export class ChangeFeed implements OwnTransactions {
 
   /** The LISTEN connection: its own, never pooled; reconnects with backoff and then catches up. */
   private async connect(): Promise<void> {
-    const client = new pg.Client({ connectionString: this.url, application_name: `pgrelay-listen-${process.pid}`, keepAlive: true });
+    const client = newClient(this.url, { application_name: `pgrelay-listen-${process.pid}`, keepAlive: true });
     const lost = (err?: Error) => {
       if (this.listener !== client) return;
       this.listener = undefined;

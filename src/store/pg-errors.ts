@@ -39,3 +39,19 @@ export function inSqlStateClass(err: unknown, ...classes: string[]): boolean {
 export function isPoolExhausted(err: unknown): boolean {
   return /timeout exceeded when trying to connect/.test((err as Error | null)?.message ?? '');
 }
+
+/**
+ * The database was unavailable rather than the statement wrong: the server is gone, restarting,
+ * in recovery, a standby now, or refusing connections for a moment. The same statement can succeed
+ * on a retry (on the same server once it is back, or on the new primary after a failover).
+ */
+export function isUnavailable(err: unknown): boolean {
+  const code = sqlState(err);
+  // 08: connection exception; 57P01-57P03: admin/crash shutdown, cannot connect now; 25006: a
+  // read-only transaction (a standby); 53300: too many connections; 40001/40P01 are safe to retry.
+  if (/^08/.test(code) || ['57P01', '57P02', '57P03', '25006', '53300', '40001', '40P01'].includes(code)) return true;
+  // Socket-level failures from node (ECONNREFUSED, ECONNRESET …) and pg's own messages for them.
+  if (/^E[A-Z]+$/.test(code)) return true;
+  const message = (err as Error | null)?.message ?? '';
+  return code === '' && /Connection terminated|connection timeout|timeout expired|Client has encountered a connection error|not queryable|no database server|Query read timeout|socket/i.test(message);
+}

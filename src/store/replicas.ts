@@ -10,6 +10,7 @@
 // cannot be reached, or is more than READ_REPLICA_MAX_LAG_MS behind, is skipped without waiting.
 import type pg from 'pg';
 import type { Logger } from '../log.js';
+import { describeHosts } from './hosts.js';
 import { lsnValue } from './lsn.js';
 
 export interface ReplicaSettings {
@@ -36,8 +37,7 @@ const STALE_MS = 3000;
 const REPLAY_SQL = `SELECT (CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_lsn() END)::text AS lsn`;
 
 export function replicaName(url: string): string {
-  const u = new URL(url);
-  return `${u.hostname}:${u.port || 5432}`;
+  return describeHosts(url);
 }
 
 export class ReadRouter {
@@ -53,6 +53,8 @@ export class ReadRouter {
     private readonly position: () => bigint,
     private readonly settings: ReplicaSettings,
     private readonly log: Logger,
+    /** True while the primary cannot be read: any replica that answers is better than none. */
+    private readonly primaryDown: () => boolean = () => false,
   ) {
     this.replicas = replicas.map((r) => ({ name: replicaName(r.url), pool: r.pool, replay: 0n, checkedAt: 0, reachable: false, checking: false }));
   }
@@ -87,6 +89,11 @@ export class ReadRouter {
     if (!this.configured) return primary;
     const required = this.position();
     const now = Date.now();
+    if (this.primaryDown()) {
+      // It may lack what this process read last from the primary; the primary answers nothing.
+      const answering = this.replicas.filter((r) => r.reachable && now - r.checkedAt < STALE_MS);
+      if (answering.length) return { pool: answering[this.next++ % answering.length].pool, target: 'replica' };
+    }
     const usable = this.replicas.filter((r) => r.reachable && now - r.checkedAt < STALE_MS && this.lagMs(r, now) <= this.settings.maxLagMs);
     if (usable.length === 0) return primary;
     // Round-robin over the replicas that are far enough already.

@@ -4,7 +4,7 @@
 import type pg from 'pg';
 import type { Config } from '../config.js';
 import type { Logger } from '../log.js';
-import { inSqlStateClass } from './pg-errors.js';
+import { inSqlStateClass, isUnavailable } from './pg-errors.js';
 import type { PreparedEvent, WriteResult } from './prepared-event.js';
 import type { ChangeStream } from './changes.js';
 import { vanishNamesRelay } from '../policy/vanish.js';
@@ -14,6 +14,8 @@ export class WriterBusyError extends Error {}
 
 interface Pending {
   event: PreparedEvent;
+  /** performance.now() past which it is answered with the error rather than retried. */
+  deadline: number;
   resolve(result: WriteResult): void;
   reject(err: unknown): void;
 }
@@ -22,6 +24,8 @@ export interface WriterStats {
   batches: number;
   events: number;
   failedBatches: number;
+  /** Batches tried again after the database was unavailable. */
+  retries: number;
 }
 
 /** SQLSTATE classes 22 (data exception) and 23 (integrity): caused by some event, not the database. */
@@ -48,19 +52,30 @@ export interface WriterOptions {
   outbox?: Outbox;
   /** Told each transaction's size and time, committed or not (metrics). */
   onBatch?: (batch: { events: number; seconds: number; committed: boolean }) => void;
+  /**
+   * While the database is unavailable (restarting, failing over), a batch is tried again until its
+   * events have waited this long since submit; then they are answered with the error. 0: no retry.
+   */
+  retryMs?: number;
 }
 
 /** The batching limits as configured (WRITE_BATCH_SIZE, WRITE_QUEUE_MAX, WRITE_CONCURRENCY). */
-export function writerLimits(config: Pick<Config, 'WRITE_BATCH_SIZE' | 'WRITE_QUEUE_MAX' | 'WRITE_CONCURRENCY'>): Pick<WriterOptions, 'maxBatch' | 'maxQueue' | 'concurrency'> {
-  return { maxBatch: config.WRITE_BATCH_SIZE, maxQueue: config.WRITE_QUEUE_MAX, concurrency: config.WRITE_CONCURRENCY };
+export function writerLimits(
+  config: Pick<Config, 'WRITE_BATCH_SIZE' | 'WRITE_QUEUE_MAX' | 'WRITE_CONCURRENCY' | 'WRITE_TIMEOUT_MS'>,
+): Pick<WriterOptions, 'maxBatch' | 'maxQueue' | 'concurrency' | 'retryMs'> {
+  return { maxBatch: config.WRITE_BATCH_SIZE, maxQueue: config.WRITE_QUEUE_MAX, concurrency: config.WRITE_CONCURRENCY, retryMs: config.WRITE_TIMEOUT_MS };
 }
+
+/** The first retry of a batch the database could not take, doubling up to RETRY_MAX_MS. */
+const RETRY_FIRST_MS = 100;
+const RETRY_MAX_MS = 1000;
 
 export class EventWriter {
   private queue: Pending[] = [];
   private readonly flushing = new Set<Promise<void>>();
   /** Requests to vanish written beside the batches (writeAside). */
   private readonly aside = new Set<Promise<void>>();
-  readonly stats: WriterStats = { batches: 0, events: 0, failedBatches: 0 };
+  readonly stats: WriterStats = { batches: 0, events: 0, failedBatches: 0, retries: 0 };
   private readonly maxBatch: number;
   private readonly maxQueue: number;
   private readonly concurrency: number;
@@ -83,7 +98,7 @@ export class EventWriter {
   submit(event: PreparedEvent): Promise<WriteResult> {
     if (this.queue.length >= this.maxQueue) return Promise.reject(new WriterBusyError('write queue is full'));
     return new Promise((resolve, reject) => {
-      this.queue.push({ event, resolve, reject });
+      this.queue.push({ event, resolve, reject, deadline: performance.now() + (this.options.retryMs ?? 0) });
       if (this.flushing.size < this.concurrency) {
         // setImmediate lets every message already received in this turn join the batch.
         const loop: Promise<void> = new Promise<void>((done) => setImmediate(() => this.flushLoop().finally(done))).finally(() =>
@@ -127,30 +142,52 @@ export class EventWriter {
     await Promise.race([holdsLocks, written]);
   }
 
+  /**
+   * One transaction for the batch. A data error splits it (one bad event must not fail its
+   * neighbours); the database being unavailable retries it until its events' deadlines, so a restart
+   * or a failover costs them a wait, not an error. A retry is idempotent: an event the failed attempt
+   * committed after all (its answer lost with the connection) is found stored and answered as such,
+   * and the feed delivers it (own.release in write.ts).
+   */
   private async write(batch: Pending[], onLocked?: () => void): Promise<void> {
-    const started = performance.now();
-    try {
-      const options = { own: this.options.own, relay: this.options.relay, outbox: this.options.outbox, onLocked };
-      const { results, stored, lsn } = await writeBatchStored(this.pool, batch.map((p) => p.event), options);
-      // Before any OK: a client that sends a REQ after its OK must find a replica that has its event.
-      this.options.changes?.advance(lsn);
-      this.stats.batches++;
-      this.stats.events += batch.length;
-      this.options.onBatch?.({ events: batch.length, seconds: (performance.now() - started) / 1000, committed: true });
-      batch.forEach((p, i) => p.resolve(results[i]));
-      this.options.changes?.publish({ type: 'stored', events: stored, source: 'local' });
-    } catch (err) {
-      this.options.onBatch?.({ events: batch.length, seconds: (performance.now() - started) / 1000, committed: false });
-      this.stats.failedBatches++;
-      // One bad event must not fail its neighbours: split and retry. Database trouble fails all.
-      if (batch.length > 1 && isDataError(err)) {
-        const half = Math.ceil(batch.length / 2);
-        await this.write(batch.slice(0, half));
-        await this.write(batch.slice(half));
+    for (let waitMs = RETRY_FIRST_MS; ; waitMs = Math.min(waitMs * 2, RETRY_MAX_MS)) {
+      const started = performance.now();
+      try {
+        const options = { own: this.options.own, relay: this.options.relay, outbox: this.options.outbox, onLocked };
+        const { results, stored, lsn } = await writeBatchStored(this.pool, batch.map((p) => p.event), options);
+        // Before any OK: a client that sends a REQ after its OK must find a replica that has its event.
+        this.options.changes?.advance(lsn);
+        this.stats.batches++;
+        this.stats.events += batch.length;
+        this.options.onBatch?.({ events: batch.length, seconds: (performance.now() - started) / 1000, committed: true });
+        batch.forEach((p, i) => p.resolve(results[i]));
+        this.options.changes?.publish({ type: 'stored', events: stored, source: 'local' });
         return;
+      } catch (err) {
+        this.options.onBatch?.({ events: batch.length, seconds: (performance.now() - started) / 1000, committed: false });
+        this.stats.failedBatches++;
+        if (batch.length > 1 && isDataError(err)) {
+          const half = Math.ceil(batch.length / 2);
+          await this.write(batch.slice(0, half));
+          await this.write(batch.slice(half));
+          return;
+        }
+        const now = performance.now();
+        const retry = isUnavailable(err) && !this.stopped ? batch.filter((p) => p.deadline > now + waitMs) : [];
+        this.log.warn({ err: (err as Error).message, events: batch.length, retrying: retry.length }, 'write batch failed');
+        for (const p of batch) if (!retry.includes(p)) p.reject(err);
+        if (retry.length === 0) return;
+        this.stats.retries++;
+        batch = retry;
+        await new Promise((r) => setTimeout(r, waitMs));
       }
-      this.log.warn({ err: (err as Error).message, events: batch.length }, 'write batch failed');
-      batch.forEach((p) => p.reject(err));
     }
   }
+
+  /** Batches waiting to be retried are answered with their error instead (the relay is stopping). */
+  stopRetrying(): void {
+    this.stopped = true;
+  }
+
+  private stopped = false;
 }

@@ -5,7 +5,8 @@ import { randomBytes } from 'node:crypto';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type pg from 'pg';
 import { ChangeStream, type Change } from '../../src/store/changes.js';
-import type { Database } from '../../src/store/database.js';
+import { createPool, type Database } from '../../src/store/database.js';
+import { startTcpProxy } from '../support/tcp-proxy.js';
 import { ChangeFeed } from '../../src/store/feed.js';
 import { prepareEvent } from '../../src/store/prepared-event.js';
 import { writeBatchStored } from '../../src/store/write.js';
@@ -284,6 +285,38 @@ describe('ChangeFeed', () => {
       expect(feed!.stats.ephemeralReceived).toBe(0);
     } finally {
       await otherFeed.stop();
+    }
+  });
+});
+
+describe('the feed tells when the database cannot be read', () => {
+  it('reachable turns false when reads fail (connections refused) or hang (a frozen server), and true once a read succeeds', async () => {
+    const proxy = await startTcpProxy(db.url);
+    const url = new URL(db.url);
+    url.host = new URL(proxy.url).host;
+    const pool = createPool(url.toString(), { DB_POOL_SIZE: 4, QUERY_TIMEOUT_MS: 60_000 }, silentLog);
+    try {
+      await startFeed(undefined, { pool });
+      expect(feed!.reachable).toBe(true);
+      // Refused: the read fails.
+      proxy.cut();
+      feed!.requestRead();
+      await until(() => !feed!.reachable, 'unreachable after a failed read');
+      proxy.restore();
+      feed!.requestRead();
+      await until(() => feed!.reachable, 'reachable after a read succeeded');
+      // Frozen: the read neither ends nor fails.
+      proxy.freeze();
+      await new Promise((r) => setTimeout(r, 50));
+      feed!.requestRead();
+      await untilWithin(() => !feed!.reachable, 'unreachable while a read hangs', 10_000);
+      proxy.thaw();
+      await until(() => feed!.reachable, 'reachable once the hung read finished');
+    } finally {
+      await feed?.stop();
+      feed = undefined;
+      await pool.end();
+      await proxy.close();
     }
   });
 });

@@ -66,7 +66,7 @@ describe('the hot tier waits for a feed read before answering', () => {
   it('gives up after the timeout when the database does not read (PostgreSQL answers the REQ)', async () => {
     const changes = new ChangeStream();
     // A feed whose reads never finish: a database that hangs.
-    const stuck = { nextRead: () => new Promise<void>(() => {}), requestRead: () => {}, lastReadAt: Date.now() } as unknown as ChangeFeed;
+    const stuck = { nextRead: () => new Promise<void>(() => {}), requestRead: () => {}, lastReadAt: Date.now(), reachable: true } as unknown as ChangeFeed;
     const tier = new HotTierService(db.pool, changes, stuck, log, BUDGET, TIMEOUT_MS).start();
     try {
       await until(() => !tier.current.filling, 'the second tier filled');
@@ -75,6 +75,36 @@ describe('the hot tier waits for a feed read before answering', () => {
       expect(performance.now() - started).toBeGreaterThanOrEqual(TIMEOUT_MS - 5);
       const plan = await tier.plan([{ tags: [], limit: 10 }], Math.floor(Date.now() / 1000));
       expect(plan.rest).toHaveLength(1); // all of it for PostgreSQL
+    } finally {
+      tier.stop();
+    }
+  });
+
+  it('answers from memory at once while the database cannot be read (restarting, failing over)', async () => {
+    const changes = new ChangeStream();
+    const down = { nextRead: () => new Promise<void>(() => {}), requestRead: () => {}, lastReadAt: Date.now(), reachable: false } as unknown as ChangeFeed;
+    const tier = new HotTierService(db.pool, changes, down, log, BUDGET, TIMEOUT_MS).start();
+    try {
+      await until(() => !tier.current.filling, 'the tier filled');
+      expect(await tier.fresh()).toBe(true);
+      const plan = await tier.plan([{ tags: [], limit: 10 }], Math.floor(Date.now() / 1000));
+      expect(plan.rest).toHaveLength(0); // none of it for PostgreSQL
+      expect(tier.stats.unreachable).toBeGreaterThanOrEqual(2);
+    } finally {
+      tier.stop();
+    }
+  });
+
+  it('a wait under way when the database stops answering ends in an answer from memory, not PostgreSQL', async () => {
+    const changes = new ChangeStream();
+    const state = { reachable: true };
+    const failing = { nextRead: () => new Promise<void>(() => {}), requestRead: () => {}, lastReadAt: Date.now(), get reachable() { return state.reachable; } } as unknown as ChangeFeed;
+    const tier = new HotTierService(db.pool, changes, failing, log, BUDGET, TIMEOUT_MS).start();
+    try {
+      await until(() => !tier.current.filling, 'the tier filled');
+      const fresh = tier.fresh();
+      state.reachable = false; // its read failed meanwhile
+      expect(await fresh).toBe(true);
     } finally {
       tier.stop();
     }

@@ -8,6 +8,8 @@ import { writeBatch } from '../../src/store/write.js';
 import { EventWriter, WriterBusyError } from '../../src/store/writer.js';
 import { createTestDatabase } from '../support/database.js';
 import { newSigner, now } from '../support/keys.js';
+import { startTcpProxy } from '../support/tcp-proxy.js';
+import { until } from '../support/wait.js';
 
 let pool: pg.Pool;
 const log = createLogger('silent');
@@ -106,5 +108,61 @@ describe('EventWriter', () => {
     expect(settled[4].status).toBe('rejected');
     expect(settled.filter((s, i) => i !== 4).every((s) => s.status === 'fulfilled' && s.value.status === 'stored')).toBe(true);
     expect((await storedIds(frank.pubkey)).length).toBe(9);
+  });
+});
+
+describe('EventWriter while the database is unavailable', () => {
+  let url: string;
+  beforeAll(async () => {
+    url = (pool as unknown as { options: { connectionString: string } }).options.connectionString;
+  });
+
+  const throughProxy = (port: string) => {
+    const u = new URL(url);
+    u.port = port;
+    return new pg.Pool({ connectionString: u.toString(), max: 2 });
+  };
+
+  it('retries a batch until the database answers again, and settles each event only after its commit', async () => {
+    const proxy = await startTcpProxy(url);
+    const proxied = throughProxy(new URL(proxy.url).port);
+    proxied.on('error', () => undefined);
+    const writer = new EventWriter(proxied, log, { retryMs: 60_000 });
+    const alice = newSigner();
+    try {
+      proxy.cut();
+      let settled = 0;
+      const pending = Array.from({ length: 5 }, (_, i) =>
+        writer.submit(prepareEvent(alice.sign({ kind: 1, created_at: now(), content: `retry ${i}` }))).finally(() => settled++),
+      );
+      await until(() => writer.stats.retries >= 2, 'two retries while refused');
+      expect(settled).toBe(0);
+      expect(await storedIds(alice.pubkey)).toEqual([]);
+      proxy.restore();
+      expect(await Promise.all(pending)).toEqual(Array(5).fill({ status: 'stored' }));
+      expect((await storedIds(alice.pubkey)).length).toBe(5);
+    } finally {
+      await proxied.end();
+      await proxy.close();
+    }
+  });
+
+  it('answers with the error once an event has waited WRITE_TIMEOUT_MS (or at once with 0), and never stores what it refused', async () => {
+    const proxy = await startTcpProxy(url);
+    const proxied = throughProxy(new URL(proxy.url).port);
+    proxied.on('error', () => undefined);
+    const alice = newSigner();
+    try {
+      proxy.cut();
+      await expect(new EventWriter(proxied, log, { retryMs: 0 }).submit(prepareEvent(alice.sign({ kind: 1, created_at: now(), content: 'no retry' })))).rejects.toThrow();
+      const writer = new EventWriter(proxied, log, { retryMs: 600 });
+      await expect(writer.submit(prepareEvent(alice.sign({ kind: 1, created_at: now(), content: 'short retry' })))).rejects.toThrow();
+      expect(writer.stats.retries).toBeGreaterThan(0);
+      proxy.restore();
+      expect(await storedIds(alice.pubkey)).toEqual([]);
+    } finally {
+      await proxied.end();
+      await proxy.close();
+    }
   });
 });

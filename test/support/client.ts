@@ -87,11 +87,11 @@ export class TestClient {
     }
   }
 
-  /** Sends an EVENT and returns its OK as [accepted, reason]. */
-  async publish(event: NostrEvent | Record<string, unknown>): Promise<[boolean, string]> {
+  /** Sends an EVENT and returns its OK as [accepted, reason] (`timeoutMs`: longer while the database fails over). */
+  async publish(event: NostrEvent | Record<string, unknown>, timeoutMs = 10_000): Promise<[boolean, string]> {
     const from = this.messages.length;
     this.send(['EVENT', event]);
-    const ok = await this.waitFor((m) => m[0] === 'OK' && m[1] === event.id, 10_000, from);
+    const ok = await this.waitFor((m) => m[0] === 'OK' && m[1] === event.id, timeoutMs, from);
     return [ok[2] as boolean, ok[3] as string];
   }
 

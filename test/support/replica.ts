@@ -22,6 +22,10 @@ export interface ReplicaPair {
   caughtUp(): Promise<void>;
   /** Stops the replica server (pg_ctl stop -m fast), e.g. to test a replica that is down. */
   stopReplica(): Promise<void>;
+  /** SIGKILL of the primary's postmaster (a lost host): it stays dead; resolves once it refuses connections. */
+  killPrimary(): Promise<void>;
+  /** Promotes the replica (pg_promote, waiting until it accepts writes). */
+  promoteReplica(): Promise<void>;
   /** Stops both servers, drops the replication slot if the primary is up, removes the temp dirs. */
   stop(): Promise<void>;
 }
@@ -208,6 +212,7 @@ export async function startPrimaryWithReplica(options: { applyDelayMs?: number }
   if (runAs) await chown(replicaDir, runAs.uid, runAs.gid); // pg_ctl, as postgres, writes the log here
 
   let slotCreated = false;
+  let primaryKilled = false;
   let primaryAdminUrl = '';
   let stopping: Promise<void> | undefined;
   const stop = () =>
@@ -222,12 +227,13 @@ export async function startPrimaryWithReplica(options: { applyDelayMs?: number }
           }),
         ).catch(() => undefined);
       }
-      await stopServer(bin, primaryData, runAs);
+      if (!primaryKilled) await stopServer(bin, primaryData, runAs);
       await Promise.all([rm(primaryDir, { recursive: true, force: true }), rm(replicaDir, { recursive: true, force: true })]);
     })());
 
   try {
-    const primary = await startEmbeddedPostgres(primaryDir, 0, createLogger('warn'));
+    // Not supervised (owner false): a test that kills it means it to stay dead.
+    const primary = await startEmbeddedPostgres(primaryDir, 0, createLogger('warn'), false);
     primaryAdminUrl = primary.adminUrl;
     const password = (await readFile(path.join(primaryDir, 'password'), 'utf8')).trim();
 
@@ -301,6 +307,21 @@ export async function startPrimaryWithReplica(options: { applyDelayMs?: number }
     return {
       primaryAdminUrl,
       replicaAdminUrl,
+      async killPrimary() {
+        const pid = Number((await readFile(path.join(primaryData, 'postmaster.pid'), 'utf8')).split('\n')[0]);
+        primaryKilled = true;
+        process.kill(pid, 'SIGKILL');
+        // Its backends notice and exit: then nothing answers on its port.
+        await pollUntil('the killed primary to refuse connections', 30_000, () =>
+          withClient(primaryAdminUrl, async () => false).catch(() => true),
+        );
+      },
+      async promoteReplica() {
+        await withClient(replicaAdminUrl, (client) => client.query('SELECT pg_promote(true, 60)'));
+        await pollUntil('the promoted replica to accept writes', 30_000, () =>
+          withClient(replicaAdminUrl, async (client) => !(await client.query<{ r: boolean }>('SELECT pg_is_in_recovery() AS r')).rows[0].r),
+        );
+      },
       async setApplyDelay(ms: number) {
         if (!Number.isInteger(ms) || ms < 0) throw new Error(`the apply delay must be a non-negative integer of milliseconds, not ${ms}`);
         await withClient(replicaAdminUrl, async (client) => {

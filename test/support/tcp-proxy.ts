@@ -7,6 +7,9 @@ export interface TcpProxy {
   url: string;
   cut(): void;
   restore(): void;
+  /** Forwards nothing and closes nothing (a frozen server): bytes and new connections wait for thaw(). */
+  freeze(): void;
+  thaw(): void;
   close(): Promise<void>;
 }
 
@@ -14,8 +17,17 @@ export async function startTcpProxy(targetUrl: string): Promise<TcpProxy> {
   const target = new URL(targetUrl);
   const sockets = new Set<Socket>();
   let refusing = false;
+  let frozen = false;
+  const held: Array<() => void> = [];
   const server = createServer((client) => {
     if (refusing) return void client.destroy();
+    if (frozen) {
+      client.pause();
+      return void held.push(() => forward(client));
+    }
+    forward(client);
+  });
+  const forward = (client: Socket) => {
     const upstream = connect(Number(target.port), target.hostname);
     const pair = [client, upstream];
     const end = () => {
@@ -29,7 +41,7 @@ export async function startTcpProxy(targetUrl: string): Promise<TcpProxy> {
       socket.on('error', end).on('close', end);
     }
     client.pipe(upstream).pipe(client);
-  });
+  };
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   const cut = () => {
     refusing = true;
@@ -40,6 +52,15 @@ export async function startTcpProxy(targetUrl: string): Promise<TcpProxy> {
     url: `ws://127.0.0.1:${(server.address() as AddressInfo).port}`,
     cut,
     restore: () => void (refusing = false),
+    freeze: () => {
+      frozen = true;
+      for (const socket of sockets) socket.pause();
+    },
+    thaw: () => {
+      frozen = false;
+      for (const socket of sockets) socket.resume();
+      held.splice(0).forEach((go) => go());
+    },
     close: () => {
       cut();
       return new Promise((resolve) => server.close(() => resolve()));

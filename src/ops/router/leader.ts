@@ -3,7 +3,8 @@
 // advisory lock, and only the one holding it runs the streams. The lock lives as long as that
 // process's connection: if the process dies (or its connection drops), PostgreSQL releases it and
 // another process takes it within `retryMs`, and its streams catch up from their positions.
-import pg from 'pg';
+import type pg from 'pg';
+import { newClient } from '../../store/hosts.js';
 import type { Logger } from '../../log.js';
 
 const LOCK = "hashtextextended('pgrelay:router', 0)";
@@ -38,7 +39,7 @@ export function whileLeader(url: string, log: Logger, start: () => Promise<() =>
     if (stopped || stopWork) return;
     try {
       if (!client) {
-        const c = new pg.Client({ connectionString: url, application_name: `pgrelay-router-${process.pid}`, keepAlive: true });
+        const c = newClient(url, { application_name: `pgrelay-router-${process.pid}`, keepAlive: true });
         c.on('error', () => undefined); // 'end' follows
         await c.connect();
         c.on('end', () => void (attempt = attempt.then(() => lose('its database connection ended'))));

@@ -87,7 +87,8 @@ export class HotTierService {
   private unsubscribe: (() => void) | undefined;
   private stopped = false;
   private readonly timer: NodeJS.Timeout;
-  readonly stats = { memory: 0, database: 0, mixed: 0, counts: 0 };
+  /** `unreachable`: REQs answered from memory while the database could not be read. */
+  readonly stats = { memory: 0, database: 0, mixed: 0, counts: 0, unreachable: 0 };
 
   constructor(
     private readonly pool: pg.Pool,
@@ -229,6 +230,12 @@ export class HotTierService {
    * wait: one promise and one timer for the hundreds of REQs a second a busy relay answers.
    */
   fresh(): Promise<boolean> {
+    // The database cannot be read (restarting, failing over): memory answers with every event this
+    // process wrote or read before (docs/ha.md), rather than the REQ failing on PostgreSQL.
+    if (!this.feed.reachable) {
+      this.stats.unreachable++;
+      return Promise.resolve(true);
+    }
     const read = this.feed.nextRead();
     this.feed.requestRead();
     if (this.freshness?.read !== read) this.freshness = { read, fresh: this.freshAfter(read) };
@@ -247,7 +254,11 @@ export class HotTierService {
         if (now - due > STALLED_MS) {
           due = now + this.freshTimeoutMs;
           timer = setTimeout(expire, this.freshTimeoutMs);
-        } else resolve(false);
+        } else {
+          // Slow: PostgreSQL answers. Unreachable: memory answers, as for the REQs that follow.
+          if (!this.feed.reachable) this.stats.unreachable++;
+          resolve(!this.feed.reachable);
+        }
       };
       let timer = setTimeout(expire, this.freshTimeoutMs);
       // The read's changes reach the tier on the change stream's next turn (changes.ts): wait one
