@@ -130,6 +130,13 @@ function longestWriteGap(ackTimes: number[], from: number, to: number): number {
   return Math.max(gap, to - previous);
 }
 
+/** How many OK true arrived in each second of [from, to). */
+function acksPerSecond(ackTimes: number[], from: number, to: number): number[] {
+  const counts = new Array<number>(Math.ceil((to - from) / 1000)).fill(0);
+  for (const t of ackTimes) if (t >= from && t < to) counts[Math.floor((t - from) / 1000)]++;
+  return counts;
+}
+
 /** The most frequent OK false reasons, with their counts. */
 function topReasons(reasons: string[], count = 2): string {
   const counts = new Map<string, number>();
@@ -194,6 +201,7 @@ async function runScenario(scenario: Scenario, cluster: PatroniCluster, traffic:
   const afterFailover = newPrimaryAt === undefined ? [] : inWindow.filter(([, r]) => r.ackedAt! >= newPrimaryAt!).map(([id]) => id);
   const deliveriesOf = (s: Subscriber, id: string) => s.deliveries.get(id) ?? [];
   const gapMs = longestWriteGap(records.flatMap(([, r]) => (r.ackedAt === undefined ? [] : [r.ackedAt])), faultAt, windowEnd);
+  log(`${scenario}: OK true per second from the fault on: ${acksPerSecond(records.flatMap(([, r]) => (r.ackedAt === undefined ? [] : [r.ackedAt])), faultAt, windowEnd).join(' ')}`);
   const refused = records.filter(([, r]) => r.refused !== undefined && r.firstSentAt >= start && r.firstSentAt <= windowEnd).map(([, r]) => r.refused!);
   if (refused.length) log(`${scenario}: OK false: ${topReasons(refused)}`);
   const reqs = traffic.probers.flatMap((p) => p.reqs.filter((r) => r.sentAt >= faultAt && r.sentAt <= windowEnd));

@@ -135,15 +135,37 @@ function processesUnder(dir: string): number[] {
   return pids;
 }
 
-/** The process group of `pid` (field 5 of /proc/pid/stat), if it runs. */
-function processGroup(pid: number): number | undefined {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    return Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[2]);
-  } catch {
-    return undefined;
+/** Parent and state of every process (fields 3 and 4 of /proc/pid/stat). */
+function processTable(): Map<number, { ppid: number; state: string }> {
+  const table = new Map<number, { ppid: number; state: string }>();
+  for (const entry of readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const stat = readFileSync(`/proc/${entry}/stat`, 'utf8');
+      const [state, ppid] = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+      table.set(Number(entry), { ppid: Number(ppid), state });
+    } catch {
+      /* exited meanwhile */
+    }
   }
+  return table;
 }
+
+/** `root` and all its descendants that are alive (not zombies). */
+function processTree(root: number): number[] {
+  const table = processTable();
+  if (!table.has(root) || table.get(root)!.state === 'Z') return [];
+  const tree = [root];
+  for (let i = 0; i < tree.length; i++) {
+    for (const [pid, p] of table) if (p.ppid === tree[i] && p.state !== 'Z') tree.push(pid);
+  }
+  return tree;
+}
+
+const alive = (pids: number[]) => {
+  const table = processTable();
+  return pids.filter((pid) => table.has(pid) && table.get(pid)!.state !== 'Z');
+};
 
 function signal(pid: number, sig: NodeJS.Signals): void {
   try {
@@ -182,8 +204,7 @@ export async function startPatroniCluster(): Promise<PatroniCluster> {
   const killAll = () => {
     for (const node of nodes) {
       if (node.patroni?.pid) signal(-node.patroni.pid, 'SIGKILL');
-      const group = postmasterGroup(node);
-      if (group) signal(-group, 'SIGKILL');
+      signalPostgres(node, 'SIGKILL');
     }
     if (etcd?.pid) signal(etcd.pid, 'SIGKILL');
     for (const pid of processesUnder(dir)) signal(pid, 'SIGKILL');
@@ -346,19 +367,21 @@ export async function startPatroniCluster(): Promise<PatroniCluster> {
     waitHealthy,
     async killHost(name) {
       const n = node(name);
-      const group = postmasterGroup(n);
-      if (n.patroni?.pid) signal(-n.patroni.pid, 'SIGKILL');
-      if (group) signal(-group, 'SIGKILL');
-      const exited = n.patroni && n.patroni.exitCode === null && n.patroni.signalCode === null ? new Promise((r) => n.patroni!.once('exit', r)) : undefined;
+      const patroni = n.patroni && n.patroni.exitCode === null && n.patroni.signalCode === null ? n.patroni : undefined;
+      const exited = patroni && new Promise((r) => patroni.once('exit', r));
+      if (patroni?.pid) signal(-patroni.pid, 'SIGKILL');
+      const killed = signalPostgres(n, 'SIGKILL');
       await exited;
-      await pollUntil(`${name}'s postmaster to exit`, 30_000, async () => !group || processGroupMembers(group).length === 0);
+      await pollUntil(`${name}'s PostgreSQL processes to exit`, 30_000, async () => alive(killed).length === 0);
     },
     async freeze(name, ms) {
       const n = node(name);
-      const groups = [n.patroni?.pid, postmasterGroup(n)].filter((g): g is number => g !== undefined);
-      groups.forEach((g) => signal(-g, 'SIGSTOP'));
+      const patroni = n.patroni?.pid;
+      if (patroni) signal(-patroni, 'SIGSTOP');
+      const stopped = signalPostgres(n, 'SIGSTOP');
       await sleep(ms);
-      groups.forEach((g) => signal(-g, 'SIGCONT'));
+      stopped.forEach((pid) => signal(pid, 'SIGCONT'));
+      if (patroni) signal(-patroni, 'SIGCONT');
     },
     async switchover(candidate) {
       const leader = await waitForPrimary();
@@ -386,21 +409,30 @@ export async function startPatroniCluster(): Promise<PatroniCluster> {
   };
 }
 
-/** The process group of the node's postmaster (which Patroni starts in a session of its own), if it runs. */
-function postmasterGroup(n: NodeState): number | undefined {
+/** The node's postmaster pid (first line of postmaster.pid), if the file is there. */
+function postmasterPid(n: NodeState): number | undefined {
   try {
     const pid = Number(readFileSync(path.join(n.dataDir, 'postmaster.pid'), 'utf8').split('\n')[0]);
-    return pid > 0 ? processGroup(pid) : undefined;
+    return pid > 0 ? pid : undefined;
   } catch {
     return undefined;
   }
 }
 
-function processGroupMembers(group: number): number[] {
-  return readdirSync('/proc')
-    .filter((entry) => /^\d+$/.test(entry))
-    .map(Number)
-    .filter((pid) => processGroup(pid) === group);
+/**
+ * Sends `sig` to the node's postmaster and every process it started. Each backend, walsender and
+ * auxiliary process runs in a session of its own (PostgreSQL calls setsid() in each child), so the
+ * postmaster's process group does not reach them: they are found by parentage. The postmaster is
+ * stopped first, so that it forks nothing new meanwhile. Returns the processes signalled.
+ */
+function signalPostgres(n: NodeState, sig: 'SIGKILL' | 'SIGSTOP' | 'SIGCONT'): number[] {
+  const postmaster = postmasterPid(n);
+  if (postmaster === undefined || processTree(postmaster).length === 0) return [];
+  if (sig !== 'SIGCONT') signal(postmaster, 'SIGSTOP');
+  const tree = processTree(postmaster);
+  for (const pid of tree.slice(1)) signal(pid, sig);
+  signal(postmaster, sig);
+  return tree;
 }
 
 function patroniConfig(n: NodeState, scope: string, etcdPort: number, passwords: { superuser: string; replication: string }) {
