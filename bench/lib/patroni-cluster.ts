@@ -78,7 +78,7 @@ export interface PatroniCluster {
   waitForPrimary(options?: { not?: string; timeoutMs?: number }): Promise<string>;
   /** The members as the first Patroni that answers sees them (`GET /cluster`). */
   members(): Promise<ClusterMember[]>;
-  /** Polls until there is a leader, a synchronous standby and every node is running or streaming. */
+  /** Polls until every node is up: the leader running, the others streaming from it, one of them as the synchronous standby. */
   waitHealthy(timeoutMs?: number): Promise<void>;
   /** SIGKILL of the node's Patroni and of its postmaster with all its backends, at once: the host is gone. */
   killHost(name: string): Promise<void>;
@@ -293,13 +293,13 @@ export async function startPatroniCluster(): Promise<PatroniCluster> {
     }, logTails);
 
   const waitHealthy = async (timeoutMs = READY_TIMEOUT_MS): Promise<void> => {
-    await pollUntil('a leader, a synchronous standby and every node running', timeoutMs, async () => {
+    await pollUntil('the leader running and every other node streaming, one as the synchronous standby', timeoutMs, async () => {
       const list = await members();
       return (
         list.length === nodes.length &&
         list.some((m) => m.role === 'leader' && m.state === 'running') &&
         list.some((m) => m.role === 'sync_standby' && m.state === 'streaming') &&
-        list.every((m) => m.state === 'running' || m.state === 'streaming')
+        list.every((m) => (m.role === 'leader' ? m.state === 'running' : m.state === 'streaming'))
       );
     }, logTails);
   };
