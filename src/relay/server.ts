@@ -273,6 +273,9 @@ export async function startRelay(config: Config, db: PrimaryDatabase, log: Logge
     heartbeat.add(ws);
     ws.on('message', (data) => {
       connection.onMessage(toBuffer(data)).catch((err) => {
+        // At the close, the verifier's threads stop under events still being checked: their sockets
+        // are closed already and nothing was acknowledged, so it is no fault.
+        if (ctx.closing) return log.debug({ err: (err as Error).message }, 'message dropped at shutdown');
         log.error({ err: (err as Error).message, stack: (err as Error).stack }, 'message handling failed');
         connection.send(noticeMessage(reason.error('internal error')));
       });
