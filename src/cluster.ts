@@ -2,8 +2,9 @@
 // the workers in turn). The primary process owns the database set-up: it starts the embedded
 // PostgreSQL when there is no DATABASE_URL and runs the migrations, then each worker opens its own
 // pool, verify threads and LISTEN connection on it (store/feed.ts delivers between them exactly as
-// between hosts). A worker that dies is started again; SIGTERM or SIGINT drains every worker (each
-// answers its in-flight writes, as a single relay does) before the database is stopped.
+// between hosts). A worker that dies is started again; SIGTERM or SIGINT stops every worker (each
+// drains for SHUTDOWN_DRAIN_MS and answers its in-flight writes, as a single relay does) before the
+// database is stopped.
 import cluster, { type Worker } from 'node:cluster';
 import { availableParallelism } from 'node:os';
 import type { Config } from './config.js';
@@ -73,9 +74,11 @@ export async function runPrimary(config: Config, log: Logger, lifecycle: Lifecyc
   for (let i = 0; i < count; i++) fork();
 
   // Each worker drains (answers its in-flight writes) before the database is stopped.
-  lifecycle.add('workers', async () => {
+  lifecycle.add('workers', async (_reason, hurry) => {
     const workers = Object.values(cluster.workers ?? {}).filter((w): w is Worker => w !== undefined);
     log.info({ workers: workers.length }, 'stopping workers');
+    // A second signal to the primary ends the workers' drains too.
+    hurry.addEventListener('abort', () => workers.forEach((w) => w.isDead() || w.process.kill('SIGTERM')), { once: true });
     await Promise.all(
       workers.map(
         (w) =>
@@ -83,8 +86,8 @@ export async function runPrimary(config: Config, log: Logger, lifecycle: Lifecyc
             if (w.isDead()) return resolve();
             w.once('exit', () => resolve());
             w.process.kill('SIGTERM');
-            // Past the workers' own drain deadline, stop waiting.
-            setTimeout(() => (w.process.kill('SIGKILL'), resolve()), config.SHUTDOWN_TIMEOUT_MS + 10_000).unref();
+            // Past the workers' own deadline (their drain, then their writes), stop waiting.
+            setTimeout(() => (w.process.kill('SIGKILL'), resolve()), config.SHUTDOWN_DRAIN_MS + config.SHUTDOWN_TIMEOUT_MS + 10_000).unref();
           }),
       ),
     );

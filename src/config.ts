@@ -241,7 +241,12 @@ const maintenance = section('Connections and maintenance', undefined, {
   ),
   RETENTION_INCLUDE_REPLACEABLE: documented(bool.default(false), 'Retention also deletes replaceable (0, 3, 10000-19999) and addressable (30000-39999) events past the age.', { example: 'true' }),
   RETENTION_INTERVAL_SECONDS: documented(int(1).default(3600), 'How often retention runs (the first run is at start).', { unit: 'seconds', example: '600' }),
-  SHUTDOWN_TIMEOUT_MS: documented(int(0).default(10000), 'On SIGINT or SIGTERM, how long to wait for the writes in flight before closing the sockets.', { unit: 'ms', example: '30000' }),
+  SHUTDOWN_DRAIN_MS: documented(
+    int(0).default(0),
+    'On SIGINT or SIGTERM, how long the relay goes on serving the clients it has before it closes them, while `GET /ready` answers 503 and new WebSocket connections are refused (HTTP 503). Behind a load balancer that checks `/ready`, set it to at least the time the balancer takes to notice (its check interval × the failed checks it needs, e.g. 2 s × 2) plus a second: the clients closed afterwards then reconnect to another relay at the first try (docs/deploy.md, Upgrading without downtime). 0 closes at once: a relay on its own has nowhere else to send clients, and a drain would only delay its stop. A second signal ends the drain.',
+    { unit: 'ms', example: '6000' },
+  ),
+  SHUTDOWN_TIMEOUT_MS: documented(int(0).default(10000), 'On SIGINT or SIGTERM, after the drain (SHUTDOWN_DRAIN_MS), how long to wait for the writes in flight before closing the sockets.', { unit: 'ms', example: '30000' }),
 });
 
 const internet = section('On the public internet', 'TLS, proxies, NIP-42 AUTH, private kinds and rate limits: docs/security.md and docs/deploy.md.', {

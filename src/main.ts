@@ -61,6 +61,8 @@ async function main(): Promise<void> {
       const router = runRouter(relay, db.url, config.ROUTER_CONFIG, log);
       lifecycle.add('router', () => router.stop());
     }
+    // Added last, so a stop begins with it: asked to stop, the relay first drains (SHUTDOWN_DRAIN_MS).
+    lifecycle.add('drain', (reason, hurry) => (reason === 'signal' ? relay.drain(config.SHUTDOWN_DRAIN_MS, hurry) : Promise.resolve()));
     lifecycle.started();
     reportListening(relay.url);
     // Certificates rotate: SIGHUP reads TLS_CERT_FILE and TLS_KEY_FILE again, open connections stay.

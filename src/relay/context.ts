@@ -45,6 +45,9 @@ export interface RelayContext {
   writePlugin: WritePlugin | undefined;
   /** NIP-77: records held by this process's negentropy sessions (NEGENTROPY_MAX_TOTAL_RECORDS). */
   negentropy: NegentropyBudget;
+  /** A stop has begun (the drain, then the close): `/ready` says 503, new connections are refused. */
+  stopping: boolean;
+  /** The sockets are closing: new writes are refused, those in flight answered. */
   closing: boolean;
 }
 

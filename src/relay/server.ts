@@ -1,7 +1,8 @@
 // The relay process's network side: HTTP (one router: NIP-11 and what comes next) and WebSocket on one
 // port, plain or TLS (tls.ts); who each client is (client-address.ts) and how much it may do
 // (rate-limit.ts), decided at the upgrade; heartbeats, the expiry and retention sweeps, and an
-// orderly shutdown that answers every in-flight write before closing sockets.
+// orderly shutdown: a drain (no new clients, those connected served) while a load balancer takes the
+// relay out of rotation, then every in-flight write answered before the sockets close.
 import cluster from 'node:cluster';
 import type { IncomingMessage } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -48,6 +49,11 @@ export interface RelayServer {
   context: RelayContext;
   /** Reads TLS_CERT_FILE and TLS_KEY_FILE again (SIGHUP); false when the relay does not serve TLS. */
   reloadTls(): Promise<boolean>;
+  /**
+   * Begins the stop: `/ready` answers 503 and new connections are refused, while the clients
+   * already connected are served on for `ms` (or until `hurry` aborts). close() follows.
+   */
+  drain(ms: number, hurry?: AbortSignal): Promise<void>;
   close(): Promise<void>;
 }
 
@@ -173,6 +179,7 @@ export async function startRelay(config: Config, db: PrimaryDatabase, log: Logge
     metrics,
     negentropy,
     writePlugin,
+    stopping: false,
     closing: false,
   };
   // Everything downstream of a commit listens to the change stream.
@@ -218,7 +225,7 @@ export async function startRelay(config: Config, db: PrimaryDatabase, log: Logge
       }),
     }),
   );
-  for (const route of healthRoutes(pool, () => ctx.closing)) router.add(route);
+  for (const route of healthRoutes(pool, () => ctx.stopping)) router.add(route);
   router.add(metricsRoute(metrics, config.METRICS_TOKEN));
   for (const route of status ? statusRoutes(status) : []) router.add(route);
   const http = listening.server;
@@ -253,7 +260,9 @@ export async function startRelay(config: Config, db: PrimaryDatabase, log: Logge
       metrics.connectionRefused('blocked');
       return refuseUpgrade(socket, 403, 'Forbidden', reason.blocked('this address is blocked from this relay'));
     }
-    if (ctx.closing) {
+    // From the drain on: a proxy that retries on 503 (nginx's proxy_next_upstream http_503,
+    // HAProxy's retry-on 503) sends the client to another relay, and the rest reconnect.
+    if (ctx.stopping) {
       metrics.connectionRefused('closing');
       return refuseUpgrade(socket, 503, 'Service Unavailable', reason.error('relay shutting down'));
     }
@@ -277,6 +286,9 @@ export async function startRelay(config: Config, db: PrimaryDatabase, log: Logge
     heartbeat.add(ws);
     ws.on('message', (data) => {
       connection.onMessage(toBuffer(data)).catch((err) => {
+        // At the close, the verifier's threads stop under events still being checked: their sockets
+        // are closed already and nothing was acknowledged, so it is no fault.
+        if (ctx.closing) return log.debug({ err: (err as Error).message }, 'message dropped at shutdown');
         log.error({ err: (err as Error).message, stack: (err as Error).stack }, 'message handling failed');
         connection.send(noticeMessage(reason.error('internal error')));
       });
@@ -311,7 +323,24 @@ export async function startRelay(config: Config, db: PrimaryDatabase, log: Logge
       }, changes).start()
     : undefined;
 
+  const drain = async (ms: number, hurry?: AbortSignal): Promise<void> => {
+    if (ctx.stopping) return;
+    ctx.stopping = true;
+    if (ms <= 0 || hurry?.aborted) return;
+    log.info({ drainMs: ms, connections: connections.size }, 'draining: /ready answers 503 and new connections are refused; connected clients are served until the drain ends');
+    await new Promise<void>((resolve) => {
+      const timer = setTimeout(finish, ms);
+      function finish() {
+        clearTimeout(timer);
+        hurry?.removeEventListener('abort', finish);
+        resolve();
+      }
+      hurry?.addEventListener('abort', finish);
+    });
+  };
+
   const close = async (): Promise<void> => {
+    ctx.stopping = true;
     ctx.closing = true;
     // Events awaiting the plugin are answered error: now (and get that OK before their sockets close).
     const pluginClosed = writePlugin?.close();
@@ -367,6 +396,7 @@ export async function startRelay(config: Config, db: PrimaryDatabase, log: Logge
       if (reloaded) log.info({ cert: config.TLS_CERT_FILE }, 'TLS certificate reloaded');
       return reloaded;
     },
+    drain,
     close,
   };
 }

@@ -138,7 +138,7 @@ async function pendingOn(url: string): Promise<string[]> {
 /** Runs pending migrations; a failure names the migration and what state it leaves. */
 async function migrate(knex: Knex, log: Logger): Promise<void> {
   try {
-    const applied = await migrateLatest(knex);
+    const applied = await migrateLatest(knex, { waiting: () => log.info('another process is applying migrations: waiting for it') });
     if (applied.length) log.info({ applied }, 'migrations applied');
   } catch (err) {
     const pending = await migrationStatus(knex).then((s) => s.pending, () => []);

@@ -11,15 +11,60 @@ const source: Knex.MigrationSource<string> = {
 
 const config: Knex.MigratorConfig = { migrationSource: source, tableName: 'knex_migrations' };
 
-/** Runs pending migrations; returns the names applied. */
-export async function migrateLatest(knex: Knex): Promise<string[]> {
-  const [, applied] = await knex.migrate.latest(config);
-  return applied as string[];
+// One migrator per database at a time, whichever process or host it runs in: relays starting together
+// on a database with pending migrations (a rolling upgrade, WORKERS on several hosts) would otherwise
+// race to create knex's tables and apply the same migration, and all but one would fail to start.
+// knex's own lock (knex_migrations_lock) refuses the second migrator instead of making it wait.
+const LOCK = "hashtextextended('pgrelay:migrations', 0)";
+
+// Tried again every so often rather than waited for with pg_advisory_lock: a statement waiting on
+// the lock holds a snapshot, and CREATE INDEX CONCURRENTLY in the holder's migrations waits for every
+// older snapshot to end. Each would wait for the other, unseen by PostgreSQL's deadlock detector.
+const LOCK_RETRY_MS = 200;
+
+/**
+ * Runs `work` holding the migration lock (a session advisory lock on a connection of its own, so a
+ * process that dies releases it). `waiting` is called once if another migrator holds it.
+ */
+async function underMigrationLock<T>(knex: Knex, work: () => Promise<T>, waiting?: () => void): Promise<T> {
+  const connection = await knex.client.acquireConnection();
+  try {
+    const tryLock = async () =>
+      (await knex.raw<{ rows: Array<{ ok: boolean }> }>(`SELECT pg_try_advisory_lock(${LOCK}) AS ok`).connection(connection)).rows[0].ok;
+    for (let tries = 0; !(await tryLock()); tries++) {
+      if (tries === 0) waiting?.();
+      await new Promise((r) => setTimeout(r, LOCK_RETRY_MS));
+    }
+    try {
+      return await work();
+    } finally {
+      await knex.raw(`SELECT pg_advisory_unlock(${LOCK})`).connection(connection);
+    }
+  } finally {
+    await knex.client.releaseConnection(connection);
+  }
+}
+
+/**
+ * Runs pending migrations under the migration lock; returns the names applied. A process that waited
+ * for another's migrations finds them applied and returns none.
+ */
+export async function migrateLatest(knex: Knex, options: { waiting?: () => void } = {}): Promise<string[]> {
+  return underMigrationLock(
+    knex,
+    async () => {
+      const [, applied] = await knex.migrate.latest(config);
+      return applied as string[];
+    },
+    options.waiting,
+  );
 }
 
 export async function migrateRollback(knex: Knex): Promise<string[]> {
-  const [, rolledBack] = await knex.migrate.rollback(config);
-  return rolledBack as string[];
+  return underMigrationLock(knex, async () => {
+    const [, rolledBack] = await knex.migrate.rollback(config);
+    return rolledBack as string[];
+  });
 }
 
 /**

@@ -2,7 +2,8 @@
 // docs/deploy.md recommends. The block is read from the doc itself (the ```nginx block holding
 // `proxy_pass http://127.0.0.1:8008;`), so the test exercises exactly what operators copy; only the
 // listen address, the certificate paths and the upstream port are rewritten, and a rewrite that
-// finds nothing to replace fails loudly instead of testing something else.
+// finds nothing to replace fails loudly instead of testing something else. In front of several
+// relays, the doc's `upstream pgrelay` block joins it (only its servers' ports rewritten).
 import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
 import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
@@ -53,6 +54,34 @@ export function siteForTest(options: SiteOptions, site = recommendedSite()): str
     out = out.replace(pattern, replacement);
   }
   return out;
+}
+
+/** The ```nginx block of docs/deploy.md that contains `text`. */
+function docBlock(text: string, doc: string): string {
+  const block = [...doc.matchAll(/^```nginx\n([\s\S]*?)^```$/gm)].map((m) => m[1]).find((b) => b.includes(text));
+  if (!block) throw new Error(`${DEPLOY_DOC}: no \`\`\`nginx block with "${text}"`);
+  return block;
+}
+
+/**
+ * The recommended site in front of several relays, as "Upgrading without downtime" in docs/deploy.md
+ * has it: its `upstream pgrelay` block (each `server` line pointed at a test relay, in order), and its
+ * `proxy_pass http://pgrelay;` lines in place of the site's own proxy_pass.
+ */
+export function siteWithUpstreams(options: Omit<SiteOptions, 'upstreamPort'> & { upstreamPorts: number[] }, doc = readFileSync(DEPLOY_DOC, 'utf8')): string {
+  const upstream = docBlock('upstream pgrelay {', doc);
+  const server = /^(\s*)server 127\.0\.0\.1:\d+/gm;
+  const servers = upstream.match(server)?.length ?? 0;
+  if (servers !== options.upstreamPorts.length)
+    throw new Error(`${DEPLOY_DOC}: the upstream block has ${servers} "server 127.0.0.1:<port>" lines, the test runs ${options.upstreamPorts.length} relays`);
+  let next = 0;
+  const upstreamForTest = upstream.replace(server, (_, indent: string) => `${indent}server 127.0.0.1:${options.upstreamPorts[next++]}`);
+  const proxyPass = docBlock('proxy_pass http://pgrelay;', doc);
+  const site = siteForTest({ ...options, upstreamPort: 8008 }, recommendedSite(doc));
+  const line = /^(\s*)proxy_pass http:\/\/127\.0\.0\.1:8008;\n/m;
+  const indent = site.match(line)![1];
+  const lines = proxyPass.trimEnd().split('\n').map((l) => (l ? indent + l : l));
+  return `${upstreamForTest}\n${site.replace(line, () => lines.join('\n') + '\n')}`;
 }
 
 /** A whole nginx.conf: every path nginx writes (pid, logs, temp files) inside `dir`. */
@@ -135,10 +164,15 @@ async function kill(child: ChildProcess): Promise<void> {
 
 /**
  * Starts nginx (`daemon off`, its own process group) on a free 127.0.0.1 port, terminating TLS with
- * the given certificate and proxying to the relay on 127.0.0.1:`upstreamPort` with the doc's site
- * block. Resolves once the port accepts connections.
+ * the given certificate and proxying with the doc's site block to the relay on
+ * 127.0.0.1:`upstreamPort`, or to the relays on `upstreamPorts` with the doc's upstream block.
+ * Resolves once the port accepts connections.
  */
-export async function startNginx(options: Omit<SiteOptions, 'listenPort'> & { bin: string }): Promise<NginxProxy> {
+export async function startNginx(
+  options: Omit<SiteOptions, 'listenPort' | 'upstreamPort'> & { bin: string } & ({ upstreamPort: number } | { upstreamPorts: number[] }),
+): Promise<NginxProxy> {
+  const siteOn = (listenPort: number) =>
+    'upstreamPorts' in options ? siteWithUpstreams({ ...options, listenPort }) : siteForTest({ ...options, listenPort });
   const dir = await mkdtemp(path.join(tmpdir(), 'pgrelay-nginx-'));
   const errorLogFile = path.join(dir, 'error.log');
   const errorLog = () => readOr(errorLogFile, '(no error.log)');
@@ -147,7 +181,7 @@ export async function startNginx(options: Omit<SiteOptions, 'listenPort'> & { bi
   for (let attempt = 0; attempt < 3; attempt++) {
     const port = await freePort();
     await rm(path.join(dir, 'nginx.pid'), { force: true });
-    await writeFile(path.join(dir, 'nginx.conf'), nginxConf(dir, siteForTest({ ...options, listenPort: port })));
+    await writeFile(path.join(dir, 'nginx.conf'), nginxConf(dir, siteOn(port)));
     const child = spawn(options.bin, ['-p', dir, '-c', path.join(dir, 'nginx.conf'), '-e', errorLogFile], {
       detached: true, // its own process group, so a stuck master and its workers can be killed together
       stdio: ['ignore', 'ignore', 'pipe'],

@@ -23,7 +23,9 @@ export async function startTcpProxy(targetUrl: string): Promise<TcpProxy> {
     if (refusing) return void client.destroy();
     if (frozen) {
       client.pause();
-      return void held.push(() => forward(client));
+      sockets.add(client);
+      client.on('error', () => client.destroy());
+      return void held.push(() => !client.destroyed && forward(client));
     }
     forward(client);
   });
@@ -45,6 +47,7 @@ export async function startTcpProxy(targetUrl: string): Promise<TcpProxy> {
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   const cut = () => {
     refusing = true;
+    held.length = 0;
     for (const socket of sockets) socket.destroy();
     sockets.clear();
   };
