@@ -225,13 +225,17 @@ export async function startPatroniCluster(): Promise<PatroniCluster> {
       await rm(dir, { recursive: true, force: true });
     })());
 
+  /** Each log's problems (its last lines saying ERROR, FATAL, CRITICAL or Exception) and its last lines. */
   const logTails = (lines = 25) =>
     [path.join(dir, 'etcd.log'), ...nodes.map((n) => n.log)]
       .map((file) => {
+        const name = path.relative(dir, file);
         try {
-          return `${path.relative(dir, file)} (last lines):\n${readFileSync(file, 'utf8').split('\n').slice(-lines).join('\n')}`;
+          const all = readFileSync(file, 'utf8').split('\n');
+          const problems = all.filter((l) => /ERROR|FATAL|CRITICAL|Exception/.test(l)).slice(-10);
+          return `${name}${problems.length ? ` (problems):\n${problems.join('\n')}\n${name}` : ''} (last lines):\n${all.slice(-lines).join('\n')}`;
         } catch {
-          return `${path.relative(dir, file)}: none`;
+          return `${name}: none`;
         }
       })
       .join('\n');
@@ -292,16 +296,31 @@ export async function startPatroniCluster(): Promise<PatroniCluster> {
       return name !== undefined && name !== not ? name : undefined;
     }, logTails);
 
+  const healthy = async () => {
+    const list = await members();
+    return (
+      list.length === nodes.length &&
+      list.some((m) => m.role === 'leader' && m.state === 'running') &&
+      list.some((m) => m.role === 'sync_standby' && m.state === 'streaming') &&
+      list.every((m) => (m.role === 'leader' ? m.state === 'running' : m.state === 'streaming'))
+    );
+  };
+  const HEALTHY = 'the leader running and every other node streaming, one as the synchronous standby';
   const waitHealthy = async (timeoutMs = READY_TIMEOUT_MS): Promise<void> => {
-    await pollUntil('the leader running and every other node streaming, one as the synchronous standby', timeoutMs, async () => {
-      const list = await members();
-      return (
-        list.length === nodes.length &&
-        list.some((m) => m.role === 'leader' && m.state === 'running') &&
-        list.some((m) => m.role === 'sync_standby' && m.state === 'streaming') &&
-        list.every((m) => (m.role === 'leader' ? m.state === 'running' : m.state === 'streaming'))
-      );
-    }, logTails);
+    await pollUntil(HEALTHY, timeoutMs, healthy, logTails);
+  };
+
+  // A node that wins the race to initialise the cluster but fails its bootstrap (seen on a busy
+  // machine) gives the initialize key back and exits; started again, it joins the one that did.
+  const restartsAtStart = new Map<string, number>();
+  const restartExited = async () => {
+    for (const n of nodes) {
+      if (!n.patroni || (n.patroni.exitCode === null && n.patroni.signalCode === null)) continue;
+      const restarts = restartsAtStart.get(n.name) ?? 0;
+      if (restarts >= 2) throw new Error(`${n.name}'s Patroni exited ${restarts + 1} times while the cluster started`);
+      restartsAtStart.set(n.name, restarts + 1);
+      await startPatroni(n);
+    }
   };
 
   try {
@@ -339,7 +358,7 @@ export async function startPatroniCluster(): Promise<PatroniCluster> {
     }
     // All three at once: one wins the initialize key and runs initdb, the others take a base backup from it.
     await Promise.all(nodes.map(startPatroni));
-    await waitHealthy();
+    await pollUntil(HEALTHY, READY_TIMEOUT_MS, async () => (await restartExited(), healthy()), logTails);
 
     const leader = await waitForPrimary();
     const admin = new pg.Client({ host: '127.0.0.1', port: node(leader).pgPort, user: 'postgres', password: passwords.superuser, database: 'postgres' });
