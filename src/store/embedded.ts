@@ -190,9 +190,9 @@ async function untilRecovered(bin: Binaries, pgdata: string, runAs: RunAs, logFi
   for (;;) {
     const status = await readFile(path.join(pgdata, 'postmaster.pid'), 'utf8').then((text) => text.split('\n')[7]?.trim(), () => undefined);
     if (status === 'ready') return;
-    if (status === undefined && (await runningPort(bin, pgdata, runAs)) === undefined)
+    if ((await runningPort(bin, pgdata, runAs)) === undefined)
       throw new FatalError('the embedded PostgreSQL stopped while replaying the archive of a restore', `see ${logFile} (a --to-time after the last archived commit ends it so)`);
-    await new Promise((resolve) => setTimeout(resolve, 200));
+    await new Promise((resolve) => setTimeout(resolve, 500));
   }
 }
 
@@ -220,13 +220,14 @@ export async function startEmbeddedPostgres(
   const running = await runningPort(bin, pgdata, runAs);
   const joined = running !== undefined;
   const port = running ?? (portSetting || (await freePort()));
+  const logFile = path.join(dataDir, 'postgres.log');
+  const recovering = existsSync(path.join(pgdata, 'recovery.signal'));
   if (joined) {
     if (owner) log.warn({ pgdata, port }, 'adopting an embedded PostgreSQL left running by an earlier process');
+    if (recovering) await untilRecovered(bin, pgdata, runAs, logFile, log);
   } else {
-    const logFile = path.join(dataDir, 'postgres.log');
     // pg_ctl hands -o to /bin/sh: each option quoted.
     const options = serverOptions(port, archive).map(shellQuote).join(' ');
-    const recovering = existsSync(path.join(pgdata, 'recovery.signal'));
     await run(bin.pg_ctl, ['start', '-D', pgdata, '-l', logFile, '-w', '-t', '120', '-o', options], runAs);
     if (recovering) await untilRecovered(bin, pgdata, runAs, logFile, log);
     // The checkpointer, which enforces archive_timeout, starts while recovery runs, when the timeout

@@ -4,7 +4,7 @@
 // every event. The history: batch A, a base backup, batch B, a moment T, batch C, a clean stop.
 import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
-import { chmod, mkdir, mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
+import { appendFile, chmod, mkdir, mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { createInterface } from 'node:readline';
@@ -164,6 +164,19 @@ describe('a restore of the history A, backup, B, T, C, clean stop', () => {
     expect(await storedIn(target)).toEqual(idsOf([...history.a, ...history.b, ...history.c]));
   }, LONG);
 
+  it('a replay that cannot reach its target ends the relay\'s start, pointing at postgres.log', async () => {
+    // restore refuses such a target; written by hand here, after everything archived.
+    const target = path.join(root, 'history', 'unreachable');
+    await restore(['--from', backupDir, '--data-dir', target]);
+    const later = new Date().toISOString().replace('T', ' ').replace('Z', '+00');
+    await appendFile(path.join(target, 'pg', 'postgresql.auto.conf'), `recovery_target_time = '${later}'\n`);
+    const relay = spawnRelay({ DATA_DIR: target });
+    expect(await relay.exited).toBe(1);
+    const stderr = relay.logs.filter((l) => l.msg === 'stderr').map((l) => l.text).join('');
+    expect(stderr).toMatch(/^pgrelay: the embedded PostgreSQL stopped while replaying the archive of a restore: see .*unreachable\/postgres\.log/);
+    expect(await readFile(path.join(target, 'postgres.log'), 'utf8')).toMatch(/recovery ended before configured recovery target was reached/);
+  }, LONG);
+
   it('restored files belong to the server, the data folder 0700', async () => {
     const target = path.join(root, 'history', 'owned');
     await restore(['--from', backupDir, '--data-dir', target]);
@@ -219,6 +232,12 @@ describe('a restore of the history A, backup, B, T, C, clean stop', () => {
     it('a --to-time in the future', async () => {
       const target = path.join(root, 'refused-future');
       await refused(['--to-time', new Date(Date.now() + 3_600_000).toISOString()], /is in the future/, target);
+      expect(existsSync(target)).toBe(false);
+    });
+
+    it('a --to-time after the newest archived segment: recovery could not reach it', async () => {
+      const target = path.join(root, 'refused-unarchived');
+      await refused(['--to-time', new Date().toISOString()], /nothing archived was written after --to-time/, target);
       expect(existsSync(target)).toBe(false);
     });
 
