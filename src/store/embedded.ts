@@ -182,6 +182,9 @@ async function prepareArchive(archive: ArchiveSettings, runAs: RunAs): Promise<v
   }
 }
 
+const replayFailed = (logFile: string) =>
+  new FatalError('the embedded PostgreSQL stopped while replaying the archive of a restore', `see ${logFile} (a --to-time after the last archived commit ends it so)`);
+
 /**
  * Waits while a restored DATA_DIR (recovery.signal) replays the archive: with hot_standby off,
  * pg_ctl returns as recovery begins, and the server takes connections once it has promoted itself
@@ -192,8 +195,7 @@ async function untilRecovered(bin: Binaries, pgdata: string, runAs: RunAs, logFi
   for (;;) {
     const status = await readFile(path.join(pgdata, 'postmaster.pid'), 'utf8').then((text) => text.split('\n')[7]?.trim(), () => undefined);
     if (status === 'ready') return;
-    if ((await runningPort(bin, pgdata, runAs)) === undefined)
-      throw new FatalError('the embedded PostgreSQL stopped while replaying the archive of a restore', `see ${logFile} (a --to-time after the last archived commit ends it so)`);
+    if ((await runningPort(bin, pgdata, runAs)) === undefined) throw replayFailed(logFile);
     await new Promise((resolve) => setTimeout(resolve, 500));
   }
 }
@@ -236,7 +238,10 @@ export async function startEmbeddedPostgres(
     if (owner) log.warn({ pgdata, port }, 'adopting an embedded PostgreSQL left running by an earlier process');
     if (recovering) await untilRecovered(bin, pgdata, runAs, logFile, log);
   } else {
-    await startServer(bin, pgdata, logFile, port, archive, runAs);
+    await startServer(bin, pgdata, logFile, port, archive, runAs).catch((err) => {
+      // A replay that fails fast ends the server before pg_ctl returns.
+      throw recovering ? replayFailed(logFile) : err;
+    });
     if (recovering) await untilRecovered(bin, pgdata, runAs, logFile, log);
     await wakeArchiver();
     log.info({ pgdata, port, archive: archive?.dir }, 'embedded PostgreSQL started');
