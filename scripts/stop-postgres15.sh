@@ -9,7 +9,8 @@ BIN="${POSTGRES15_BIN:-/usr/lib/postgresql/15/bin}"
 
 as_postgres=()
 [ "$(id -u)" -ne 0 ] || as_postgres=(runuser -u postgres --)
+# Immediate: the folder is deleted next, so a shutdown checkpoint would write what nobody reads.
 if "${as_postgres[@]}" "$BIN/pg_ctl" status -D "$dir/pg" >/dev/null 2>&1; then
-  "${as_postgres[@]}" "$BIN/pg_ctl" stop -D "$dir/pg" -m fast -w -t 60 >&2
+  "${as_postgres[@]}" "$BIN/pg_ctl" stop -D "$dir/pg" -m immediate -w -t 60 >&2
 fi
 rm -rf "$dir"
