@@ -9,7 +9,8 @@
 # It installs postgresql-15 with apt when its binaries are missing, without letting Debian create and
 # start its own `main` cluster, then initdb's a cluster in FOLDER (a new temporary folder when none
 # is given), starts it on a free loopback port and prints its admin URL on stdout; everything else
-# goes to stderr. The settings match the embedded server's (src/store/embedded.ts).
+# goes to stderr. Its settings are the embedded server's (src/store/embedded.ts), with a smaller
+# buffer pool.
 set -euo pipefail
 
 BIN="${POSTGRES15_BIN:-/usr/lib/postgresql/15/bin}"
