@@ -12,6 +12,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { freePort, postgresUser, run, type RunAs } from '../../src/store/embedded.js';
 import { findExecutable, skipWithout } from '../support/executables.js';
 import { until } from '../support/wait.js';
+import { serverPass } from '../support/server-pass.js';
 
 const PGBACKREST = findExecutable('PGBACKREST_BIN', 'pgbackrest', ['/usr/bin/pgbackrest']);
 /** The newest PostgreSQL server of the system's packages (Debian: /usr/lib/postgresql/<major>/bin), or PG_BIN_DIR. */
@@ -28,7 +29,7 @@ const SKIPPED = `pgBackRest recipe (skipped: ${PGBACKREST ? '' : noPgbackrest}${
 
 const STANZA = 'relay';
 
-describe.skipIf(skipWithout(PGBACKREST !== undefined && PG_BIN !== undefined, SKIPPED))('pgBackRest recipe', () => {
+describe.skipIf(serverPass || skipWithout(PGBACKREST !== undefined && PG_BIN !== undefined, SKIPPED))('pgBackRest recipe', () => {
   let dir: string;
   let runAs: RunAs;
   let config: string;
