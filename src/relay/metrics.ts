@@ -5,6 +5,7 @@
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
 import { prefixOf } from '../nostr/reason.js';
 import type { PluginAction, WritePluginState } from '../policy/write-plugin.js';
+import type { ArchiveStatus } from '../store/archive.js';
 import type { PreparedEvent } from '../store/prepared-event.js';
 
 /** Kinds that get their own label on stored events; every other kind counts as "other". */
@@ -64,6 +65,19 @@ export interface GaugeSources {
   writePlugin?(): WritePluginState;
   /** The database as this process sees it (docs/ha.md). */
   database?(): DatabaseState;
+  /** WAL archiving as pg_stat_archiver reports it (undefined when archive_mode is off). */
+  walArchive?(): Promise<ArchiveStatus | undefined>;
+  /** Seconds since the newest base backup in BACKUP_DIR ended (undefined when there is none), when BACKUP_DIR is set. */
+  lastBackupAge?(): Promise<number | undefined>;
+}
+
+/** One call per scrape for several gauges: the promise is shared for a second. */
+function sharedForASecond<T>(read: () => Promise<T>): () => Promise<T> {
+  let last: { at: number; value: Promise<T> } | undefined;
+  return () => {
+    if (!last || Date.now() - last.at > 1000) last = { at: Date.now(), value: read() };
+    return last.value;
+  };
 }
 
 export interface DatabaseState {
@@ -205,6 +219,39 @@ export class RelayMetrics {
       const plugin = sources.writePlugin;
       gauge('pgrelay_write_plugin_in_flight', 'Events awaiting the write-policy plugin (written to it or queued)', () => plugin().inFlight);
       gauge('pgrelay_write_plugin_running', 'Whether the write-policy plugin is running (1) or not (0)', () => (plugin().running ? 1 : 0));
+    }
+    if (sources.walArchive) {
+      // A scrape while the database is unreachable keeps the last values rather than failing.
+      const archive = sharedForASecond(() => sources.walArchive!().catch(() => null));
+      const archiveGauge = (name: string, help: string, read: (status: ArchiveStatus | undefined) => number) =>
+        new Gauge({
+          name,
+          help,
+          registers,
+          async collect() {
+            const status = await archive();
+            if (status !== null) this.set(read(status));
+          },
+        });
+      archiveGauge(
+        'pgrelay_wal_archive_lag_seconds',
+        'Seconds since the last WAL segment was archived, when WAL was written since (else 0): what losing the database disk would lose. Above the archive timeout for long, archiving is failing',
+        (s) => s?.archiveLagSeconds ?? 0,
+      );
+      archiveGauge('pgrelay_wal_archive_failures_total', 'Failed attempts to archive a WAL segment since the server started (pg_stat_archiver.failed_count)', (s) => s?.failedCount ?? 0);
+      archiveGauge('pgrelay_wal_archived_total', 'WAL segments archived since the server started (pg_stat_archiver.archived_count)', (s) => s?.archivedCount ?? 0);
+    }
+    if (sources.lastBackupAge) {
+      const age = sources.lastBackupAge;
+      new Gauge({
+        name: 'pgrelay_last_backup_age_seconds',
+        help: 'Seconds since the newest base backup in BACKUP_DIR ended (+Inf: none yet)',
+        registers,
+        async collect() {
+          const seconds = await age().catch(() => null);
+          if (seconds !== null) this.set(seconds ?? Infinity);
+        },
+      });
     }
     gauge('pgrelay_db_pool_connections', 'Connections in the database pool', () => sources.pool().total);
     gauge('pgrelay_db_pool_idle', 'Idle connections in the database pool', () => sources.pool().idle);

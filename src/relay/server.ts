@@ -17,6 +17,7 @@ import * as reason from '../nostr/reason.js';
 import { relayIdentity } from '../policy/auth.js';
 import type { ModerationLists } from '../policy/moderation.js';
 import { createPool } from '../store/database.js';
+import { backupHealthSources } from '../store/backups.js';
 import { hotTierBytes } from '../store/hot/budget.js';
 import { HotTierService } from '../store/hot/service.js';
 import type { SnapshotLoad } from '../store/hot/snapshot-load.js';
@@ -139,6 +140,7 @@ export async function startRelay(config: Config, db: PrimaryDatabase, log: Logge
       writeRetries: side?.writer.stats.retries ?? 0,
       answeredUnreachable: tier?.stats.unreachable ?? 0,
     }),
+    ...backupHealthSources(config.BACKUP_DIR, pool),
   });
   const tierBytes = hotTierBytes(config.HOT_TIER_MB);
   // Every event arrives through side.admission; what any process, host or import commits reaches

@@ -10,8 +10,10 @@ import { constants, existsSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { arch, platform, totalmem, userInfo } from 'node:os';
 import path from 'node:path';
+import { configSchema } from '../config.js';
 import { FatalError } from '../fatal.js';
 import type { Logger } from '../log.js';
+import { archiveServerSettings, archiveSettings, shellQuote, walFolder, type ArchiveSettings } from './archive.js';
 
 export interface Binaries {
   pg_ctl: string;
@@ -148,16 +150,74 @@ async function prepareDataDir(dataDir: string, binariesPath: string, runAs: RunA
 }
 
 /**
+ * The postmaster's command-line options: `pg_ctl start` passes them, and so does anything that
+ * starts the server again. With archiving (BACKUP_DIR) they carry its settings, so turning it on
+ * or off for an existing DATA_DIR takes a restart and nothing else.
+ */
+export function serverOptions(port: number, archive: ArchiveSettings | undefined): string[] {
+  // A quarter of the machine's memory for PostgreSQL's buffer pool (128 MB to 8 GB), PostgreSQL's
+  // usual advice: the query indexes of millions of events then stay in memory. Do not count on the
+  // OS page cache: some hosts (VMs with proactive reclaim) empty it, and a REQ then waits on disk.
+  const sharedBuffersMb = Math.round(Math.min(8192, Math.max(128, totalmem() / 4 / 2 ** 20)));
+  const settings = { shared_buffers: `${sharedBuffersMb}MB`, ...(archive && archiveServerSettings(archive)) };
+  return ['-p', String(port), ...Object.entries(settings).flatMap(([name, value]) => ['-c', `${name}=${value}`])];
+}
+
+/** BACKUP_DIR as the relay's configuration reads it (the store is opened with DATA_DIR and the port only). */
+function archiveFromEnvironment(): ArchiveSettings | undefined {
+  return archiveSettings(configSchema.pick({ BACKUP_DIR: true, BACKUP_ARCHIVE_TIMEOUT_SECONDS: true }).parse(process.env));
+}
+
+/** The archive's folder, made the server's: it runs archive_command as `postgres` when we are root. */
+async function prepareArchive(archive: ArchiveSettings, runAs: RunAs): Promise<void> {
+  const wal = walFolder(archive.dir);
+  try {
+    await mkdir(wal, { recursive: true });
+    if (runAs) for (const dir of [archive.dir, wal]) await chown(dir, runAs.uid, runAs.gid);
+    if (runAs) await run('/bin/sh', ['-c', 'test -w "$0"', wal], runAs);
+    else await access(wal, constants.W_OK);
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code ?? 'the postgres user cannot write it';
+    throw new FatalError(`BACKUP_DIR ${archive.dir} cannot be written (${code})`, 'set BACKUP_DIR to a folder the server can write (as root: one the postgres user can reach), or unset it');
+  }
+}
+
+const replayFailed = (logFile: string) =>
+  new FatalError('the embedded PostgreSQL stopped while replaying the archive of a restore', `see ${logFile} (a --to-time after the last archived commit ends it so)`);
+
+/**
+ * Waits while a restored DATA_DIR (recovery.signal) replays the archive: with hot_standby off,
+ * pg_ctl returns as recovery begins, and the server takes connections once it has promoted itself
+ * (postmaster.pid's status line then reads "ready"). A server that stops instead failed the replay.
+ */
+async function untilRecovered(bin: Binaries, pgdata: string, runAs: RunAs, logFile: string, log: Logger): Promise<void> {
+  log.info({ pgdata }, 'embedded PostgreSQL replays the archive of a restore (progress in its log)');
+  for (;;) {
+    const status = await readFile(path.join(pgdata, 'postmaster.pid'), 'utf8').then((text) => text.split('\n')[7]?.trim(), () => undefined);
+    if (status === 'ready') return;
+    if ((await runningPort(bin, pgdata, runAs)) === undefined) throw replayFailed(logFile);
+    await new Promise((resolve) => setTimeout(resolve, 500));
+  }
+}
+
+/**
  * Starts (or joins) the embedded server in `dataDirSetting`. A server found already running is
  * joined: the relay (`owner`) then stops it at exit, as it is the leftover of a crashed relay; an
  * operator command run beside a live relay leaves it running.
  */
-export async function startEmbeddedPostgres(dataDirSetting: string, portSetting: number, log: Logger, owner = true): Promise<EmbeddedPostgres> {
+export async function startEmbeddedPostgres(
+  dataDirSetting: string,
+  portSetting: number,
+  log: Logger,
+  owner = true,
+  archive = archiveFromEnvironment(),
+): Promise<EmbeddedPostgres> {
   const bin = await binaries();
   const dataDir = path.resolve(dataDirSetting);
   const pgdata = path.join(dataDir, 'pg');
   const runAs = await postgresUser();
   await prepareDataDir(dataDir, bin.pg_ctl, runAs);
+  if (archive) await prepareArchive(archive, runAs);
   if (!existsSync(path.join(pgdata, 'PG_VERSION'))) await initialise(bin, pgdata, dataDir, runAs, log);
   const password = (await readFile(path.join(dataDir, 'password'), 'utf8')).trim();
 
@@ -165,12 +225,26 @@ export async function startEmbeddedPostgres(dataDirSetting: string, portSetting:
   const joined = running !== undefined;
   const port = running ?? (portSetting || (await freePort()));
   const logFile = path.join(dataDir, 'postgres.log');
-  const start = () => startServer(bin, pgdata, logFile, port, runAs);
+  const recovering = existsSync(path.join(pgdata, 'recovery.signal'));
+  // The checkpointer, which enforces archive_timeout, starts while recovery runs, when the timeout
+  // does not apply, and first sleeps a whole checkpoint_timeout (5 min): a reload wakes it, once
+  // recovery is over (a restored folder's replay, or the crash recovery after the supervisor's start).
+  const wakeArchiver = async () => void (archive && (await run(bin.pg_ctl, ['reload', '-D', pgdata], runAs)));
+  const start = async () => {
+    await startServer(bin, pgdata, logFile, port, archive, runAs);
+    await wakeArchiver();
+  };
   if (joined) {
     if (owner) log.warn({ pgdata, port }, 'adopting an embedded PostgreSQL left running by an earlier process');
+    if (recovering) await untilRecovered(bin, pgdata, runAs, logFile, log);
   } else {
-    await start();
-    log.info({ pgdata, port }, 'embedded PostgreSQL started');
+    await startServer(bin, pgdata, logFile, port, archive, runAs).catch((err) => {
+      // A replay that fails fast ends the server before pg_ctl returns.
+      throw recovering ? replayFailed(logFile) : err;
+    });
+    if (recovering) await untilRecovered(bin, pgdata, runAs, logFile, log);
+    await wakeArchiver();
+    log.info({ pgdata, port, archive: archive?.dir }, 'embedded PostgreSQL started');
   }
   const adminUrl = `postgres://postgres:${encodeURIComponent(password)}@127.0.0.1:${port}/postgres`;
   // The relay keeps its server alive; an operator command beside a relay leaves that to the relay.
@@ -190,12 +264,10 @@ export async function startEmbeddedPostgres(dataDirSetting: string, portSetting:
 }
 
 /** pg_ctl start, waiting until the server accepts connections (after crash recovery, if it crashed). */
-async function startServer(bin: Binaries, pgdata: string, logFile: string, port: number, runAs: RunAs): Promise<void> {
-  // A quarter of the machine's memory for PostgreSQL's buffer pool (128 MB to 8 GB), PostgreSQL's
-  // usual advice: the query indexes of millions of events then stay in memory. Do not count on the
-  // OS page cache: some hosts (VMs with proactive reclaim) empty it, and a REQ then waits on disk.
-  const sharedBuffersMb = Math.round(Math.min(8192, Math.max(128, totalmem() / 4 / 2 ** 20)));
-  await run(bin.pg_ctl, ['start', '-D', pgdata, '-l', logFile, '-w', '-t', '120', '-o', `-p ${port} -c shared_buffers=${sharedBuffersMb}MB`], runAs);
+async function startServer(bin: Binaries, pgdata: string, logFile: string, port: number, archive: ArchiveSettings | undefined, runAs: RunAs): Promise<void> {
+  // pg_ctl hands -o to /bin/sh: each option quoted.
+  const options = serverOptions(port, archive).map(shellQuote).join(' ');
+  await run(bin.pg_ctl, ['start', '-D', pgdata, '-l', logFile, '-w', '-t', '120', '-o', options], runAs);
 }
 
 /** The postmaster's pid (line 1 of postmaster.pid), or undefined when there is no such file. */

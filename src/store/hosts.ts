@@ -121,16 +121,19 @@ export class HostFinder {
     const { hosts, attrs } = this.address;
     type Probe = { h: Host; role: Role } | { h: Host; err: Error & { code?: string } };
     const pending = hosts.map((h) => this.probe(h).then((role): Probe => ({ h, role }), (err: Error & { code?: string }): Probe => ({ h, err })));
-    // The first that fits, in the URL's order, without waiting for servers that answer slowly (a
-    // frozen one answers nothing): a later one is taken once every earlier one has been ruled out.
+    // Without waiting for servers that answer slowly (a frozen one answers nothing): the writable
+    // server is the only one, so the first to say it is wins; otherwise the first that fits in the
+    // URL's order, taken once every earlier one has been ruled out.
     const probes: Array<Probe | undefined> = hosts.map(() => undefined);
     const wanted = (p: Probe) => 'role' in p && (attrs === 'prefer-standby' ? p.role.standby : fits(attrs, p.role));
+    const onlyOne = attrs === 'read-write' || attrs === 'primary';
     let pick = await new Promise<Probe | undefined>((resolve) => {
       let left = hosts.length;
       pending.forEach((promise, i) =>
         promise.then((p) => {
           probes[i] = p;
           left--;
+          if (onlyOne && wanted(p)) return resolve(p);
           const first = probes.findIndex((q) => q === undefined || wanted(q));
           if (first >= 0 && probes[first] !== undefined) resolve(probes[first]);
           else if (left === 0) resolve(undefined);

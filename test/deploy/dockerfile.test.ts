@@ -15,6 +15,7 @@ import { binaries, freePort, postgresUser, run } from '../../src/store/embedded.
 import { TestClient } from '../support/client.js';
 import { hostPath, parseDockerfile, replayDockerfile, startCmd, type ReplayedStage, type StartedImage } from '../support/dockerfile.js';
 import { newSigner } from '../support/keys.js';
+import { serverPass } from '../support/server-pass.js';
 
 const ROOT = packageRoot();
 const REPLAY_TIMEOUT_MS = 30 * 60_000;
@@ -34,7 +35,7 @@ async function stopLeftoverPostgres(dataDir: string): Promise<void> {
   await run((await binaries()).pg_ctl, ['stop', '-D', pgdata, '-m', 'immediate', '-w', '-t', '60'], await postgresUser());
 }
 
-describe('reading a Dockerfile', () => {
+describe.skipIf(serverPass)('reading a Dockerfile', () => {
   test('an instruction the replay does not know fails the parse, naming it and its line', () => {
     expect(() => parseDockerfile('FROM node:20 AS build\nWORKDIR /app\nHEALTHCHECK CMD true\n')).toThrow(/line 3: .*HEALTHCHECK/);
   });
@@ -56,7 +57,7 @@ describe('reading a Dockerfile', () => {
   });
 });
 
-describe('the Dockerfile, replayed without Docker', () => {
+describe.skipIf(serverPass)('the Dockerfile, replayed without Docker', () => {
   let work: string | undefined;
   let image: ReplayedStage;
   let dataDir: string;

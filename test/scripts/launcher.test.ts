@@ -8,6 +8,7 @@ import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { packageRoot } from '../../src/paths.js';
+import { serverPass } from '../support/server-pass.js';
 
 let project: string;
 // No @types/node in this project (it would make each build seconds slower): declare what it uses.
@@ -36,7 +37,7 @@ beforeAll(() => {
 });
 afterAll(() => rmSync(project, { recursive: true, force: true }));
 
-describe('the launcher', () => {
+describe.skipIf(serverPass)('the launcher', () => {
   it('builds a checkout that has no build yet, then runs the entry with its arguments', () => {
     const first = run('a', 'b');
     expect(first).toMatchObject({ code: 0, stdout: 'hello a b\n' });
