@@ -15,14 +15,15 @@ pg_bin=/usr/lib/postgresql/15/bin
 source "$(dirname "$0")/lib/apt.sh"
 
 # Debian's postgresql-common makes and starts a `main` cluster when a server package is installed,
-# unless told not to; the cluster here is Patroni's to make.
+# unless its createcluster.conf says not to: postgresql-common first, then the setting, then the
+# server (the cluster here is Patroni's to make).
 if [ ! -x "$pg_bin/postgres" ]; then
-  conf=/etc/postgresql-common/createcluster.conf
   apt_ready "PostgreSQL 15"
-  $SUDO mkdir -p "$(dirname "$conf")"
-  if ! grep -qs '^[[:space:]]*create_main_cluster[[:space:]]*=[[:space:]]*false' "$conf"; then
+  apt_install_missing "PostgreSQL 15" postgresql-common
+  conf=/etc/postgresql-common/createcluster.conf
+  if ! grep -Eq '^\s*create_main_cluster\s*=\s*false' "$conf" 2>/dev/null; then
     echo "setting create_main_cluster = false in $conf" >&2
-    echo 'create_main_cluster = false' | $SUDO tee -a "$conf" >/dev/null
+    echo 'create_main_cluster = false' | ${SUDO:-} tee -a "$conf" >/dev/null
   fi
 fi
 apt_install_missing "etcd and PostgreSQL 15" etcd-server postgresql-15

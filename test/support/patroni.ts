@@ -9,5 +9,5 @@ export { startPatroniCluster, PATRONI_TIMING, type PatroniCluster, type ClusterM
 /** True (with a warning saying what is missing and how to install it) when this machine cannot run the cluster; under REQUIRE_PEERS=1 it throws instead. */
 export function skipWithoutPatroni(): boolean {
   const missing = missingHaPeers();
-  return skipWithout(missing.length === 0, `skipping: a Patroni cluster needs ${missing.join('; ')}`);
+  return skipWithout(missing.length === 0, `a Patroni cluster (skipped: it needs ${missing.join('; ')})`);
 }
