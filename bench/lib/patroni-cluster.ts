@@ -285,10 +285,17 @@ export async function startPatroniCluster(): Promise<PatroniCluster> {
     }
   };
 
-  const primary = async () => {
-    const answers = await Promise.all(nodes.map(isPrimary));
-    return nodes.find((_, i) => answers[i])?.name;
-  };
+  // The first node to say so, without waiting out a frozen node's timeout.
+  const primary = () =>
+    new Promise<string | undefined>((resolve) => {
+      let unanswered = nodes.length;
+      for (const n of nodes) {
+        void isPrimary(n).then((yes) => {
+          if (yes) resolve(n.name);
+          else if (--unanswered === 0) resolve(undefined);
+        });
+      }
+    });
 
   const waitForPrimary = ({ not, timeoutMs = 120_000 }: { not?: string; timeoutMs?: number } = {}) =>
     pollUntil(`a primary${not ? ` other than ${not}` : ''}`, timeoutMs, async () => {
