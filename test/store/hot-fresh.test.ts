@@ -109,4 +109,29 @@ describe('the hot tier waits for a feed read before answering', () => {
       tier.stop();
     }
   });
+
+  it('keeps what it holds through minutes without a feed read while the database cannot be read, and fills again after the first read that follows', async () => {
+    const changes = new ChangeStream();
+    const feedState = { lastReadAt: Date.now(), reachable: true };
+    const stub = { nextRead: () => new Promise<void>(() => {}), requestRead: () => {}, get lastReadAt() { return feedState.lastReadAt; }, set lastReadAt(v: number) { feedState.lastReadAt = v; }, get reachable() { return feedState.reachable; } } as unknown as ChangeFeed;
+    const tier = new HotTierService(db.pool, changes, stub, log, BUDGET, TIMEOUT_MS).start();
+    const housekeeping = () => (tier as unknown as { housekeeping(): void }).housekeeping();
+    try {
+      await until(() => !tier.current.filling, 'the tier filled');
+      const held = (tier as unknown as { tier: object }).tier;
+      // Down, and its last read ten minutes ago: nothing is thrown away.
+      feedState.reachable = false;
+      feedState.lastReadAt = Date.now() - 10 * 60_000;
+      (tier as unknown as { seenReadAt: number }).seenReadAt = feedState.lastReadAt;
+      housekeeping();
+      expect((tier as unknown as { tier: object }).tier).toBe(held);
+      // Back: the first read after the gap starts the tier again (removals may have been swept meanwhile).
+      feedState.reachable = true;
+      feedState.lastReadAt = Date.now();
+      housekeeping();
+      expect((tier as unknown as { tier: object }).tier).not.toBe(held);
+    } finally {
+      tier.stop();
+    }
+  });
 });

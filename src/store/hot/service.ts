@@ -411,12 +411,20 @@ export class HotTierService {
       if (at >= cutoff) break; // in insertion order: the rest is newer
       this.recentlyAdded.delete(id);
     }
-    if (Date.now() - this.feed.lastReadAt > STALE_FEED_MS) {
+    // While the database cannot be read, the tier keeps answering with what it holds (docs/ha.md);
+    // the first read after minutes without one starts it again.
+    const lastRead = this.feed.lastReadAt;
+    const gap = this.feed.reachable ? Date.now() - this.seenReadAt : 0;
+    if (this.feed.reachable) this.seenReadAt = lastRead;
+    if (gap > STALE_FEED_MS) {
       this.log.warn('hot tier: no feed read for minutes (removals may have been missed); filling again');
-      this.feed.lastReadAt = Date.now();
+      this.seenReadAt = this.feed.lastReadAt = Date.now();
       this.restart();
     }
   }
+
+  /** The feed's last read as housekeeping last saw it while the database could be read. */
+  private seenReadAt = Date.now();
 }
 
 const CREATED_AT = /"created_at":(\d+)/;
