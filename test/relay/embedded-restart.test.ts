@@ -60,6 +60,7 @@ describe.skipIf(serverPass)('embedded PostgreSQL killed under a running relay', 
     const all = [...before, ...during, ...after].map((e) => e.id).sort();
     await until(() => subscriber.messages.filter((m) => m[0] === 'EVENT').length >= all.length, 'every event delivered live', 60_000);
     expect(subscriber.messages.filter((m) => m[0] === 'EVENT').map((m) => (m[2] as NostrEvent).id).sort()).toEqual(all);
+    await until(() => relay!.logs.some((l) => l.msg === 'embedded PostgreSQL started again'), 'the restart logged');
     expect(relay!.logs.filter((l) => l.msg === 'embedded PostgreSQL started again')).toHaveLength(1);
     const metrics = async () => (await fetch(relay!.url.replace(/^ws/, 'http') + '/metrics')).text();
     expect(await metrics()).toMatch(/^pgrelay_embedded_restarts_total 1$/m);
