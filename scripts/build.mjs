@@ -9,6 +9,7 @@ import { spawnSync } from 'node:child_process';
 import { existsSync, mkdirSync, readdirSync, statSync, utimesSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { buildNative } from './build-native.mjs';
 
 export const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 /** What tsconfig.json compiles, and the file that says how. */
@@ -68,6 +69,9 @@ export function build() {
 export function ensureBuilt({ quiet = false } = {}) {
   // An installed package (no sources beside it) runs the dist/ it ships.
   if (!existsSync(path.join(root, 'src'))) return 0;
+  // The optional native verifier: tried when its source changed, never an error (build-native.mjs).
+  const native = buildNative();
+  if (!quiet && /built|not built/.test(native) && !/up to date|unchanged/.test(native)) process.stderr.write(`pgrelay: ${native}\n`);
   const reason = staleReason();
   if (!reason) return 0;
   if (!quiet) process.stderr.write(`pgrelay: building (${reason})…\n`);
@@ -77,5 +81,6 @@ export function ensureBuilt({ quiet = false } = {}) {
 if (process.argv[1] && path.resolve(process.argv[1]) === fileURLToPath(import.meta.url)) {
   const force = process.argv.includes('--force');
   if (!existsSync(path.join(root, 'src'))) process.exit(0); // e.g. `npm ci` before the sources are copied in (Dockerfile)
+  if (force) buildNative({ force: true });
   process.exit(force ? build() : ensureBuilt());
 }

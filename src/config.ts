@@ -199,6 +199,11 @@ const webhooks = section(
 
 const ingest = section('Ingest pipeline', undefined, {
   VERIFY_THREADS: documented(z.union([z.literal('auto'), int(0, 64)]).default('auto'), 'Signature-verification worker threads: `auto` is one per core (shared among WORKERS); 0 verifies on the main thread.', { unit: 'threads', example: '2' }),
+  SIGNATURE_BACKEND: documented(
+    z.enum(['auto', 'wasm']).default('auto'),
+    '`auto` checks BIP-340 signatures with the system libsecp256k1 through a small native addon when `npm install` could build it (a C compiler and libsecp256k1-dev: `bash scripts/install-libsecp256k1.sh`), else with its WebAssembly build; the start-up log and `pgrelay_signature_verifier_info` say which. `wasm` keeps the WebAssembly build.',
+    { example: 'wasm' },
+  ),
   WRITE_BATCH_SIZE: documented(int(1, 10000).default(500), 'Most events written in one transaction (group commit); 1 writes each event in its own.', { unit: 'events', example: '1000' }),
   WRITE_QUEUE_MAX: documented(int(1).default(20000), 'Events waiting for the writer; past it, EVENTs are answered `OK false "rate-limited: …"`.', { unit: 'events', example: '50000' }),
   WRITE_TIMEOUT_MS: documented(

@@ -1,7 +1,7 @@
 // A Nostr event: its shape (NIP-01 "Events and signatures"), canonical serialisation, id and signature.
 // Pure functions, no I/O: the ingest path and the operator commands share them.
 import { createHash } from 'node:crypto';
-import * as secp from 'tiny-secp256k1';
+import { verifySchnorr } from './schnorr.js';
 import { z } from 'zod';
 import * as reason from './reason.js';
 
@@ -79,13 +79,9 @@ export function computeEventId(e: Omit<NostrEvent, 'id' | 'sig'>): string {
   return createHash('sha256').update(serializeForId(e), 'utf8').digest('hex');
 }
 
-/** BIP-340 over the 32 raw id bytes, with libsecp256k1 (WASM). An invalid pubkey point is a failure. */
+/** BIP-340 over the 32 raw id bytes, with libsecp256k1 (schnorr.ts: native or WASM). An invalid pubkey point is a failure. */
 export function verifySignature(e: NostrEvent): boolean {
-  try {
-    return secp.verifySchnorr(Buffer.from(e.id, 'hex'), Buffer.from(e.pubkey, 'hex'), Buffer.from(e.sig, 'hex'));
-  } catch {
-    return false;
-  }
+  return verifySchnorr(Buffer.from(e.id, 'hex'), Buffer.from(e.pubkey, 'hex'), Buffer.from(e.sig, 'hex'));
 }
 
 export const ID_MISMATCH = reason.invalid('event id does not match the sha256 of its serialization');

@@ -3,6 +3,7 @@
 // latencies the status page samples every second. The hot paths call one method each; label values
 // are bounded (verbs, reply prefixes, a fixed list of kinds), so the series never grow with traffic.
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
+import { signatureBackend } from '../nostr/schnorr.js';
 import { prefixOf } from '../nostr/reason.js';
 import type { PluginAction, WritePluginState } from '../policy/write-plugin.js';
 import type { ArchiveStatus } from '../store/archive.js';
@@ -190,6 +191,12 @@ export class RelayMetrics {
         },
       });
     }
+    new Gauge({
+      name: 'pgrelay_signature_verifier_info',
+      help: 'The BIP-340 build that checks signatures: native (the system libsecp256k1) or wasm (its WebAssembly build)',
+      labelNames: ['backend'],
+      registers,
+    }).set({ backend: signatureBackend().name }, 1);
     gauge('pgrelay_hot_tier_events', 'Events held in the hot tier', () => sources.hotTier()?.events ?? 0);
     gauge('pgrelay_hot_tier_bytes', 'Estimated bytes held by the hot tier (events and their indexes)', () => sources.hotTier()?.bytes ?? 0);
     gauge('pgrelay_hot_tier_window_seconds', 'Age of the oldest created_at the hot tier holds completely (-1: it holds everything; 0: not filled)', () => {

@@ -22,6 +22,7 @@ import { hotTierBytes } from '../store/hot/budget.js';
 import { HotTierService } from '../store/hot/service.js';
 import type { SnapshotLoad } from '../store/hot/snapshot-load.js';
 import { ReadRouter } from '../store/replicas.js';
+import { signatureBackend } from '../nostr/schnorr.js';
 import type { HostFinder } from '../store/hosts.js';
 import { deleteExpiredEvents } from '../store/expiry.js';
 import { startRetention } from '../store/retention.js';
@@ -195,6 +196,9 @@ export async function startRelay(config: Config, db: PrimaryDatabase, log: Logge
   const proxies = trustedProxies(config.TRUSTED_PROXIES, config.TRUST_PROXY);
   if (config.TRUST_PROXY)
     log.warn('TRUST_PROXY is deprecated and will be removed: it now trusts X-Forwarded-For from loopback peers only; set TRUSTED_PROXIES instead (e.g. 127.0.0.1/32)');
+  // Which BIP-340 build checks signatures (nostr/schnorr.ts); the verify threads load the same.
+  if (signatureBackend().name === 'native') log.info('signatures: checked with the system libsecp256k1 (native addon)');
+  else log.info({ why: signatureBackend().why }, 'signatures: checked with the WebAssembly build of libsecp256k1; the native addon is several times faster (docs/deploy.md)');
   if (!config.RELAY_URL)
     log.warn('RELAY_URL is not set: NIP-42 AUTH checks the relay tag against the Host header the client sends; set RELAY_URL (e.g. wss://relay.example.com) on a public relay');
 
