@@ -26,6 +26,7 @@ beforeAll(() => {
   project = mkdtempSync(path.join(tmpdir(), 'pgrelay-launcher-'));
   cpSync(path.join(packageRoot(), 'scripts/run.mjs'), path.join(project, 'scripts/run.mjs'));
   cpSync(path.join(packageRoot(), 'scripts/build.mjs'), path.join(project, 'scripts/build.mjs'));
+  cpSync(path.join(packageRoot(), 'scripts/build-native.mjs'), path.join(project, 'scripts/build-native.mjs')); // no native/ here: nothing to build
   symlinkSync(path.join(packageRoot(), 'node_modules'), path.join(project, 'node_modules'));
   writeFileSync(path.join(project, 'package.json'), '{ "type": "module" }\n');
   writeFileSync(
