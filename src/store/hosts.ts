@@ -223,7 +223,7 @@ export class HostFinder {
     const tick = async () => {
       const current = this.current ?? this.lastUsed;
       if (current && this.open.size > 0) {
-        const ok = await this.probe(current).then((role) => fits(this.attrs, role) || (this.attrs === 'prefer-standby' && !role.standby), () => false);
+        const ok = await this.probe(current).then((role) => fits(this.attrs, role), () => false);
         if (ok) this.unansweredSince = undefined;
         else {
           this.unansweredSince ??= Date.now();

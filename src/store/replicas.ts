@@ -36,10 +36,6 @@ interface Replica {
 const STALE_MS = 3000;
 const REPLAY_SQL = `SELECT (CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_lsn() END)::text AS lsn`;
 
-export function replicaName(url: string): string {
-  return describeHosts(url);
-}
-
 export class ReadRouter {
   private readonly replicas: Replica[];
   /** The primary's position over time (as this process learns it), to tell how far behind a replica is. */
@@ -56,7 +52,7 @@ export class ReadRouter {
     /** True while the primary cannot be read: any replica that answers is better than none. */
     private readonly primaryDown: () => boolean = () => false,
   ) {
-    this.replicas = replicas.map((r) => ({ name: replicaName(r.url), pool: r.pool, replay: 0n, checkedAt: 0, reachable: false, checking: false }));
+    this.replicas = replicas.map((r) => ({ name: describeHosts(r.url), pool: r.pool, replay: 0n, checkedAt: 0, reachable: false, checking: false }));
   }
 
   get configured(): boolean {

@@ -79,6 +79,8 @@ export class EventWriter {
   private readonly maxBatch: number;
   private readonly maxQueue: number;
   private readonly concurrency: number;
+  /** stopRetrying() was called: failed batches are answered, not tried again. */
+  private stopped = false;
 
   constructor(
     private readonly pool: pg.Pool,
@@ -188,6 +190,4 @@ export class EventWriter {
   stopRetrying(): void {
     this.stopped = true;
   }
-
-  private stopped = false;
 }
