@@ -11,6 +11,7 @@ import * as webhooks from './20261229000001_webhooks.js';
 import * as webhookReadyByEndpoint from './20261230000001_webhook_ready_by_endpoint.js';
 import * as eventRemovals from './20261231000001_event_removals.js';
 import * as routerPositions from './20270101000001_router_positions.js';
+import * as searchPendingLimit from './20270102000001_search_pending_limit.js';
 
 export interface Migration {
   up(knex: Knex): Promise<void>;
@@ -30,4 +31,5 @@ export const migrations: Record<string, Migration> = {
   '20261230000001_webhook_ready_by_endpoint': webhookReadyByEndpoint,
   '20261231000001_event_removals': eventRemovals,
   '20270101000001_router_positions': routerPositions,
+  '20270102000001_search_pending_limit': searchPendingLimit,
 };

@@ -114,7 +114,7 @@ const database = section('Database', 'With no `DATABASE_URL` the relay starts a 
     { example: '/var/lib/pgrelay' },
   ),
   EMBEDDED_PG_PORT: documented(int(0, 65535).default(0), 'Port of the embedded PostgreSQL on 127.0.0.1; 0 picks a free one at each start.', { example: '5433' }),
-  DB_POOL_SIZE: documented(int(1, 500).default(16), "Connections in each relay process's pool.", { unit: 'connections', example: '32' }),
+  DB_POOL_SIZE: documented(int(1, 500).default(16), "Connections in each relay process's pool (its writer has WRITE_CONCURRENCY + 1 of its own besides).", { unit: 'connections', example: '32' }),
   QUERY_TIMEOUT_MS: documented(int(100).default(5000), 'Statement timeout of every query; a REQ that runs longer is answered `CLOSED "error: query timed out"`.', { unit: 'ms', example: '10000' }),
 });
 

@@ -15,7 +15,7 @@
 // awaited, so an ordered sink writes events in the order they arrived whatever order their checks
 // finish in. A sink prepares an event as it writes it, so an import's events waiting for their batch
 // hold only their JSON, not their rows.
-import { claimedId, computeEventId, ID_MISMATCH, parseEvent, type NostrEvent } from '../nostr/event.js';
+import { claimedId, computeEventId, ID_MISMATCH, parseEvent, type NostrEvent, type Verdict } from '../nostr/event.js';
 import { isEphemeral } from '../nostr/kinds.js';
 import * as reason from '../nostr/reason.js';
 import type { SignatureVerifier } from '../nostr/verifier.js';
@@ -51,9 +51,10 @@ export type SinkResult = WriteResult | { status: 'stored'; replaced?: boolean } 
 
 /** One event's place in a sink, taken when the event arrives; exactly one method is called, once (store may be called again after `busy`). */
 export interface SinkSlot {
-  store(event: NostrEvent): Promise<SinkResult>;
+  /** `verdict`: the verifier's serialisations of the event, when it checked the signature. */
+  store(event: NostrEvent, verdict?: Verdict): Promise<SinkResult>;
   /** An ephemeral event: passed on without being stored (`stored` once it is). */
-  passOn(event: NostrEvent): Promise<SinkResult>;
+  passOn(event: NostrEvent, verdict?: Verdict): Promise<SinkResult>;
   /** The event was refused before reaching the sink. */
   skip(): void;
 }
@@ -125,15 +126,18 @@ export async function askPlugin(plugin: WritePlugin, event: NostrEvent, source: 
 export class Admission {
   constructor(private readonly parts: AdmissionParts) {}
 
-  /** Takes one event (as parsed JSON) through every step; never rejects for the event's sake. */
-  admit(input: unknown, source: EventSource): Promise<Answer> {
+  /**
+   * Takes one event (as parsed JSON) through every step; never rejects for the event's sake. `text`:
+   * the JSON it was parsed from, if at hand (verifier.ts: cheaper to hand to its threads).
+   */
+  admit(input: unknown, source: EventSource, text?: string): Promise<Answer> {
     const slot = this.parts.sink.slot(); // now, before anything is awaited: the arrival order
     const parsed = parseEvent(input);
     if (!parsed.ok) {
       slot.skip();
       return Promise.resolve({ id: claimedId(input), outcome: 'invalid', accepted: false, reason: parsed.reason });
     }
-    return this.take(parsed.value, source, slot);
+    return this.take(parsed.value, source, slot, text);
   }
 
   /** admit() for an event whose shape parseEvent already checked (the router reads it first). */
@@ -142,7 +146,8 @@ export class Admission {
   }
 
   /** The steps after the shape, in order; one async function, so an event costs few promises. */
-  private async take(event: NostrEvent, source: EventSource, slot: SinkSlot): Promise<Answer> {
+  private async take(event: NostrEvent, source: EventSource, slot: SinkSlot, text?: string): Promise<Answer> {
+    let verdict: Verdict | undefined;
     try {
       const { policy, verifier, plugin, sink } = this.parts;
       const refusal = checkWrite(policy, event, source.session, nowSeconds());
@@ -150,7 +155,7 @@ export class Admission {
       if (!sink.passesOnEphemeral && isEphemeral(event.kind)) return refused(slot, answer(event, 'rejected', EPHEMERAL_NOT_STORED));
       let invalid: string | undefined;
       if (source.signatures === 'trust') invalid = computeEventId(event) === event.id ? undefined : ID_MISMATCH;
-      else if (verifier) invalid = await verifier.verify(event);
+      else if (verifier) invalid = (verdict = await verifier.verify(event, text)).invalid;
       else throw new Error('admission: no signature verifier for a source whose signatures are checked');
       if (invalid) return refused(slot, answer(event, 'invalid', invalid));
       if (source.ownPlugin) {
@@ -167,11 +172,11 @@ export class Admission {
     }
     // The sink: stored, or passed on; a full writer queue is waited out by sources that retry.
     if (isEphemeral(event.kind)) {
-      const passed = await slot.passOn(event);
+      const passed = await slot.passOn(event, verdict);
       return passed.status === 'stored' ? answer(event, 'passed') : faultOrRefusal(event, passed);
     }
     for (let attempt = 0; ; attempt++) {
-      const result = await slot.store(event);
+      const result = await slot.store(event, verdict);
       if (result.status === 'busy' && source.faults === 'retry' && attempt < WRITER_BUSY_RETRIES) {
         await sleep(Math.min(1000, 25 << Math.min(attempt, 6)));
         continue;

@@ -7,8 +7,8 @@ import type { Logger } from '../log.js';
 import * as reason from '../nostr/reason.js';
 import type { ChangeStream } from '../store/changes.js';
 import type { WebhookOutbox } from '../store/outbox.js';
-import type { NostrEvent } from '../nostr/event.js';
-import { prepareEvent } from '../store/prepared-event.js';
+import type { NostrEvent, Verdict } from '../nostr/event.js';
+import { prepareVerified } from '../store/prepared-event.js';
 import { WriterBusyError, type EventWriter } from '../store/writer.js';
 import type { EventSink, SinkResult, SinkSlot } from './admit.js';
 
@@ -26,18 +26,18 @@ export function liveSink(parts: LiveSinkParts): EventSink {
   const { pool, writer, outbox, changes, log } = parts;
   // Nothing to keep per event: every place is the same one.
   const slot: SinkSlot = {
-    async store(event: NostrEvent): Promise<SinkResult> {
+    async store(event: NostrEvent, verdict?: Verdict): Promise<SinkResult> {
       if (parts.closing()) return { status: 'failed', reason: reason.error('relay is shutting down, try again later') };
       try {
-        return await writer.submit(prepareEvent(event));
+        return await writer.submit(prepareVerified(event, verdict));
       } catch (err) {
         if (err instanceof WriterBusyError) return { status: 'busy' };
         log.error({ err: (err as Error).message, id: event.id }, 'storing an event failed');
         return { status: 'failed', reason: reason.error('could not store the event, try again later') };
       }
     },
-    async passOn(event: NostrEvent): Promise<SinkResult> {
-      const prepared = prepareEvent(event);
+    async passOn(event: NostrEvent, verdict?: Verdict): Promise<SinkResult> {
+      const prepared = prepareVerified(event, verdict);
       // Webhooks: queued before the OK.
       try {
         await outbox.enqueueEphemeral(pool, prepared);

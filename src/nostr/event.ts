@@ -88,9 +88,42 @@ export const ID_MISMATCH = reason.invalid('event id does not match the sha256 of
 
 /** Recomputes the id (never trusts the client's) and then checks the signature. */
 export function checkIdAndSignature(e: NostrEvent): string | undefined {
-  if (computeEventId(e) !== e.id) return ID_MISMATCH;
-  if (!verifySignature(e)) return reason.invalid('bad signature');
+  return idAndSignatureFault(e, serializeForId(e));
+}
+
+const BAD_SIGNATURE = reason.invalid('bad signature');
+
+/** checkIdAndSignature with the id's serialisation already made (eventJsons). */
+export function idAndSignatureFault(e: NostrEvent, forId: string): string | undefined {
+  if (createHash('sha256').update(forId, 'utf8').digest('hex') !== e.id) return ID_MISMATCH;
+  if (!verifySignature(e)) return BAD_SIGNATURE;
   return undefined;
+}
+
+
+/**
+ * Both serialisations of an event at once, the one its id hashes (serializeForId) and the one the
+ * relay stores (canonicalEventJson), from one serialisation of its tags and content, the bulk of
+ * both: the ingest path needs the two for every event. The hex fields need no escaping, and the
+ * integers print as JSON.stringify prints them.
+ */
+export function eventJsons(e: NostrEvent): { forId: string; raw: string } {
+  const tags = JSON.stringify(e.tags);
+  const content = JSON.stringify(e.content);
+  return {
+    forId: `[0,"${e.pubkey}",${e.created_at},${e.kind},${tags},${content}]`,
+    raw: `{"id":"${e.id}","pubkey":"${e.pubkey}","created_at":${e.created_at},"kind":${e.kind},"tags":${tags},"content":${content},"sig":"${e.sig}"}`,
+  };
+}
+
+/** An event checked and serialised by the verifier (verifier.ts): what storing it needs besides. */
+export interface Verdict {
+  /** The `invalid:` reason, or undefined when the id and signature are right. */
+  invalid?: string;
+  /** canonicalEventJson of the event, when it is valid. */
+  raw?: string;
+  /** Its NIP-50 words as a tsvector literal (search.ts), null when it has none; when it is valid. */
+  searchLiteral?: string | null;
 }
 
 /** The JSON the relay stores and sends back verbatim: the seven fields in a fixed order. */

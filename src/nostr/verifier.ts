@@ -1,11 +1,13 @@
 // Signature verification off the main thread: a worker pool sized to the cores, fed small batches
 // (one message round trip per batch, not per event), so the event loop keeps serving sockets and
-// queries while signatures are checked. With zero threads it verifies inline. Pure computation (no
+// queries while signatures are checked. The threads also serialise each valid event for storage and
+// find its search words (verify-worker.ts): CPU the main thread would otherwise spend per event. With zero threads it verifies inline. Pure computation (no
 // I/O), shared by the relay and the importers: the one module of nostr/ that starts threads.
 import { availableParallelism } from 'node:os';
 import path from 'node:path';
 import { Piscina } from 'piscina';
-import { checkIdAndSignature, type NostrEvent } from './event.js';
+import type { NostrEvent, Verdict } from './event.js';
+import { checkEvent } from './verify-worker.js';
 import { packageRoot } from '../paths.js';
 
 const MAX_BATCH = 64;
@@ -15,8 +17,9 @@ const MAX_BATCH = 64;
 const WORKER = path.join(packageRoot(), 'dist/src/nostr/verify-worker-entry.cjs');
 
 interface Waiting {
-  event: NostrEvent;
-  resolve(reason: string | undefined): void;
+  /** The event, or the text it came in (verify-worker.ts). */
+  item: NostrEvent | string;
+  resolve(verdict: Verdict): void;
   reject(err: unknown): void;
 }
 
@@ -37,12 +40,16 @@ export class SignatureVerifier {
     return this.inFlight;
   }
 
-  /** Resolves with an `invalid:` reason, or undefined when the id and signature are right. */
-  verify(event: NostrEvent): Promise<string | undefined> {
-    if (!this.pool) return Promise.resolve(checkIdAndSignature(event));
+  /**
+   * Resolves with the verdict: an `invalid:` reason, or the event's stored JSON and search words.
+   * `text`: the JSON the event was parsed from (a client's whole EVENT message will do), which the
+   * thread parses again rather than be sent the object.
+   */
+  verify(event: NostrEvent, text?: string): Promise<Verdict> {
+    if (!this.pool) return Promise.resolve(checkEvent(event));
     this.inFlight++;
-    return new Promise<string | undefined>((resolve, reject) => {
-      this.waiting.push({ event, resolve, reject });
+    return new Promise<Verdict>((resolve, reject) => {
+      this.waiting.push({ item: text ?? event, resolve, reject });
       if (this.waiting.length >= MAX_BATCH) this.dispatch();
       else if (!this.scheduled) {
         this.scheduled = true;
@@ -55,8 +62,8 @@ export class SignatureVerifier {
     this.scheduled = false;
     const batch = this.waiting.splice(0, MAX_BATCH);
     if (batch.length === 0) return;
-    this.pool!.run(batch.map((w) => w.event)).then(
-      (reasons: Array<string | undefined>) => batch.forEach((w, i) => w.resolve(reasons[i])),
+    this.pool!.run(batch.map((w) => w.item)).then(
+      (verdicts: Verdict[]) => batch.forEach((w, i) => w.resolve(verdicts[i])),
       (err) => batch.forEach((w) => w.reject(err)),
     ).finally(() => (this.inFlight -= batch.length));
     if (this.waiting.length) this.dispatch();

@@ -213,7 +213,8 @@ export class Connection {
       metrics.message('oversized');
       return this.withinBudget(undefined) ? this.refuseOversized(data) : this.overBudget(undefined);
     }
-    const parsed = parseClientMessage(data.toString('utf8'));
+    const text = data.toString('utf8');
+    const parsed = parseClientMessage(text);
     if (!parsed.ok) {
       metrics.message('invalid');
       return this.withinBudget(undefined) ? this.send(noticeMessage(parsed.notice)) : this.overBudget(undefined);
@@ -224,7 +225,7 @@ export class Connection {
     if (m.type !== 'CLOSE' && m.type !== 'NEG-MSG' && m.type !== 'NEG-CLOSE' && !this.withinBudget(m)) return this.overBudget(m);
     switch (m.type) {
       case 'EVENT':
-        return this.onEvent(m.event, data.length);
+        return this.onEvent(m.event, data.length, text);
       case 'REQ':
         return this.onReq(m.subId, m.filters);
       case 'COUNT':
@@ -293,7 +294,8 @@ export class Connection {
   }
 
   /** `bytes`: the size of the message that carried it. */
-  private async onEvent(input: unknown, bytes: number): Promise<void> {
+  /** `text`: the whole message, which the verifier's threads parse again (admit.ts). */
+  private async onEvent(input: unknown, bytes: number, text: string): Promise<void> {
     // Backpressure: a publisher may have only so many events awaiting their OK, on this connection
     // and in bytes over all its address's connections.
     if (this.pendingEvents >= this.ctx.limits.maxPendingEvents)
@@ -305,7 +307,7 @@ export class Connection {
     this.pendingEvents++;
     let result;
     try {
-      result = await this.ctx.admission.admit(input, clientSource(this.session));
+      result = await this.ctx.admission.admit(input, clientSource(this.session), text);
     } finally {
       this.pendingEvents--;
       release();
@@ -343,7 +345,7 @@ export class Connection {
     this.pendingEvents++;
     let invalid;
     try {
-      invalid = await this.ctx.verifier.verify(event);
+      invalid = (await this.ctx.verifier.verify(event)).invalid;
     } finally {
       this.pendingEvents--;
     }

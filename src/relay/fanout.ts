@@ -3,11 +3,11 @@
 // by this process and, later, by others reach subscribers the same way.
 import { toMatchable } from '../nostr/filter.js';
 import type { Change } from '../store/changes.js';
-import type { PreparedEvent } from '../store/prepared-event.js';
+import { matchableWords, type PreparedEvent } from '../store/prepared-event.js';
 import type { SubscriptionIndex } from './subscriptions.js';
 
 function broadcast(subscriptions: SubscriptionIndex, p: PreparedEvent): number {
-  const subscribers = subscriptions.matching({ ...toMatchable(p.event, p.tags), searchDocument: p.search ?? null });
+  const subscribers = subscriptions.matching({ ...toMatchable(p.event, p.tags), searchDocument: matchableWords(p) });
   for (const s of subscribers) s.deliver(p.event.id, p.raw);
   return subscribers.size;
 }

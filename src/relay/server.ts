@@ -372,6 +372,8 @@ export async function startRelay(config: Config, db: PrimaryDatabase, log: Logge
     await pluginClosed;
     await webhooks?.stop();
     tier?.stop();
+    await side?.searchMerger.stop();
+    if (side && !side.writerPool.ending) await side.writerPool.end();
     await feed.stop();
     await reads.stop();
     const { batches, events, failedBatches } = ctx.writer.stats;

@@ -44,9 +44,15 @@ export function withDatabaseName(url: string, name: string): string {
   return u.toString();
 }
 
-export function createPool(url: string, config: Pick<Config, 'DB_POOL_SIZE' | 'QUERY_TIMEOUT_MS'>, log: Logger): pg.Pool {
+/**
+ * `pipeline`: each client sends a query without waiting for the answer to the one before (pg's
+ * pipeline mode), for the writer (write.ts), whose statements are known in advance; such a client
+ * cannot run cursors, so the relay's other queries use a pool without it.
+ */
+export function createPool(url: string, config: Pick<Config, 'DB_POOL_SIZE' | 'QUERY_TIMEOUT_MS'>, log: Logger, { pipeline = false } = {}): pg.Pool {
   const pool = new pg.Pool({
     ...connectionOptions(url),
+    ...(pipeline ? ({ pipeline: true } as object) : {}),
     keepAlive: true,
     max: config.DB_POOL_SIZE,
     // One pathological query must not hold a connection for long (a REQ that times out gets CLOSED).

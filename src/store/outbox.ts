@@ -10,7 +10,7 @@
 // (the batch's events were stored before the change). Reading the generation costs one row per batch.
 import type pg from 'pg';
 import { compileFilter, parseFilter, toMatchable, type Filter, type Matcher } from '../nostr/filter.js';
-import type { PreparedEvent } from './prepared-event.js';
+import { matchableWords, type PreparedEvent } from './prepared-event.js';
 import { needsPreparing, prepareSearch } from './search.js';
 import { withTransaction, type Outbox } from './write.js';
 
@@ -73,7 +73,7 @@ export class WebhookOutbox implements Outbox {
     const eventIds: Buffer[] = [];
     const payloads: string[] = [];
     for (const p of stored) {
-      const m = { ...toMatchable(p.event, p.tags), searchDocument: p.search ?? null };
+      const m = { ...toMatchable(p.event, p.tags), searchDocument: matchableWords(p) };
       for (const e of this.endpoints) {
         if (!e.matchers.some((match) => match(m))) continue;
         endpointIds.push(e.id);

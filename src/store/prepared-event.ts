@@ -1,9 +1,9 @@
 // An event as the store handles it: everything writing needs, derived once, and the outcome of a
 // write. Shared by the writer (write.ts), its pure planner (plan-batch.ts) and the bulk import path.
-import type { NostrEvent } from '../nostr/event.js';
+import type { NostrEvent, Verdict } from '../nostr/event.js';
 import { canonicalEventJson } from '../nostr/event.js';
 import { kindClass, type KindClass } from '../nostr/kinds.js';
-import { searchDocument, type SearchDocument } from '../nostr/search.js';
+import { searchDocument, tsvectorLiteral, type SearchDocument } from '../nostr/search.js';
 import { dTagOf, expirationOf, indexedTags } from '../nostr/tags.js';
 
 /** An event with everything storage needs derived once. */
@@ -15,13 +15,45 @@ export interface PreparedEvent {
   dTag: string | null;
   expiresAt: number | null;
   tags: Array<[string, string]>;
-  /** NIP-50: its words, stored in events.search; undefined for kinds that are not searchable. */
+  /**
+   * NIP-50: its words, stored in events.search; undefined for kinds that are not searchable, and
+   * when only `searchLiteral` was computed (the live matcher finds the words if a search asks).
+   */
   search: SearchDocument | undefined;
+  /** Its words as the tsvector literal stored (null: none), when the verifier computed it instead of `search`. */
+  searchLiteral?: string | null;
 }
 
 export function prepareEvent(event: NostrEvent): PreparedEvent {
   return prepared(event, canonicalEventJson(event), searchDocument(event));
 }
+
+/**
+ * prepareEvent with the verifier's serialisations of the event (nostr/verifier.ts), when it made
+ * them, instead of making them again here on the main thread.
+ */
+export function prepareVerified(event: NostrEvent, verdict: Verdict | undefined): PreparedEvent {
+  if (verdict?.raw === undefined || verdict.searchLiteral === undefined) return prepareEvent(event);
+  const p = prepared(event, verdict.raw, undefined);
+  p.searchLiteral = verdict.searchLiteral;
+  return p;
+}
+
+/** The tsvector literal events.search gets, or null. */
+export function storedSearch(p: PreparedEvent): string | null {
+  if (p.searchLiteral !== undefined) return p.searchLiteral;
+  return p.search ? tsvectorLiteral(p.search) : null;
+}
+
+/** Whether the event has words to index. */
+export const hasWords = (p: PreparedEvent): boolean => (p.searchLiteral !== undefined ? p.searchLiteral !== null : p.search !== undefined);
+
+/**
+ * The words for the live matcher (nostr/filter.ts MatchableEvent.searchDocument): null when there
+ * are none, undefined when not computed yet (the matcher computes them only for a search filter).
+ */
+export const matchableWords = (p: PreparedEvent): SearchDocument | null | undefined =>
+  p.search ?? (p.searchLiteral === null || p.searchLiteral === undefined ? null : undefined);
 
 /**
  * A row read back from the events table: `raw` is its stored JSON, kept as it is (never serialised

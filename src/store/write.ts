@@ -5,11 +5,27 @@
 import type pg from 'pg';
 import { KIND_DELETION, KIND_GIFT_WRAP, KIND_VANISH } from '../nostr/kinds.js';
 import { addressKey, addressOf, deletionTargets, planBatch, vanishKeys, type BatchPlan, type DeletionRequest, type StoredFacts, type VanishRequest } from './plan-batch.js';
+import { BinaryArray, OID } from './binary-array.js';
 import { lsnValue } from './lsn.js';
-import type { PreparedEvent, WriteResult } from './prepared-event.js';
-import { tsvectorLiteral } from '../nostr/search.js';
+import { storedSearch, type PreparedEvent, type WriteResult } from './prepared-event.js';
 
 const hex = (s: string) => Buffer.from(s, 'hex');
+
+/** A client whose queries are all sent at once, without waiting for answers (database.ts createPool). */
+const pipelined = (client: pg.ClientBase) => (client as unknown as { pipeline?: boolean }).pipeline === true;
+
+/**
+ * Runs statements in the order given: sent all at once on a pipelined client, so they cost one
+ * wait for the database; one after another on any other (pg deprecates queueing on those). Each
+ * step sends its statement as it is called (before its first await), which is what keeps the order.
+ * A statement still takes its own snapshot (READ COMMITTED) when the server starts it.
+ */
+export async function inOrder<T extends readonly unknown[]>(client: pg.ClientBase, steps: { [K in keyof T]: () => Promise<T[K]> }): Promise<T> {
+  if (pipelined(client)) return (await Promise.all(steps.map((step) => step()))) as unknown as T;
+  const results: unknown[] = [];
+  for (const step of steps) results.push(await step());
+  return results as unknown as T;
+}
 
 /** Runs `fn` in a transaction on a pooled client: COMMIT when it resolves, ROLLBACK when it throws. */
 export async function withTransaction<T>(pool: pg.Pool, fn: (client: pg.PoolClient) => Promise<T>): Promise<T> {
@@ -146,22 +162,24 @@ export async function applyDeletions(client: pg.PoolClient, deletions: DeletionR
       byAddress.until.push(d.createdAt);
     }
   }
+  const statements: Array<() => Promise<unknown>> = [];
   if (byId.ids.length) {
-    await client.query(
+    statements.push(() => client.query(
       `DELETE FROM events e USING unnest($1::bytea[], $2::bytea[], $3::text[]) AS d(id, pubkey, hex_pubkey)
         WHERE e.id = d.id AND e.kind NOT IN (${KIND_DELETION}, ${KIND_VANISH})
           AND (e.pubkey = d.pubkey OR (e.kind = ${KIND_GIFT_WRAP} AND EXISTS (
             SELECT 1 FROM event_tags t WHERE t.event_id = e.id AND t.name = 'p' AND t.value = d.hex_pubkey)))`,
       [byId.ids, byId.pubkeys, byId.hexPubkeys],
-    );
+    ));
   }
   if (byAddress.kinds.length) {
-    await client.query(
+    statements.push(() => client.query(
       `DELETE FROM events e USING unnest($1::bytea[], $2::int[], $3::text[], $4::bigint[]) AS a(pubkey, kind, d_tag, until)
         WHERE e.pubkey = a.pubkey AND e.kind = a.kind AND e.d_tag = a.d_tag AND e.created_at <= a.until`,
       [byAddress.pubkeys, byAddress.kinds, byAddress.dTags, byAddress.until],
-    );
+    ));
   }
+  await inOrder(client, statements);
 }
 
 /**
@@ -173,9 +191,8 @@ export async function applyVanishes(client: pg.PoolClient, vanishes: VanishReque
   if (vanishes.length === 0) return;
   // A large account's deletion outlasts QUERY_TIMEOUT_MS (1M events: see docs/benchmarks.md); were it
   // cancelled, the request could never be stored. Only this transaction goes without the limit.
-  await client.query('SET LOCAL statement_timeout = 0');
   const params = [vanishes.map((v) => hex(v.pubkey)), vanishes.map((v) => v.until), vanishes.map((v) => hex(v.id)), vanishes.map((v) => v.pubkey)];
-  await client.query(
+  const tombstone = () => client.query(
     `WITH tomb AS (
        INSERT INTO vanished (pubkey, until, request_id)
        SELECT DISTINCT ON (pubkey) * FROM unnest($1::bytea[], $2::bigint[], $3::bytea[]) AS v(pubkey, until, request_id) ORDER BY pubkey, until DESC
@@ -192,26 +209,39 @@ export async function applyVanishes(client: pg.PoolClient, vanishes: VanishReque
       WHERE e.id = w.event_id`,
     params,
   );
+  await inOrder(client, [() => client.query('SET LOCAL statement_timeout = 0'), tombstone]);
 }
 
-/**
- * Inserts the events and their tag rows in one statement; returns the ids actually inserted and the
- * transaction's id (the `txid` the rows carry: feed.ts), when it inserted any.
- */
-async function insertRows(client: pg.PoolClient, inserts: PreparedEvent[]): Promise<{ ids: Set<string>; txid?: string }> {
-  if (inserts.length === 0) return { ids: new Set() };
-  const eventIds: Buffer[] = [], names: string[] = [], values: string[] = [], kinds: number[] = [], times: number[] = [];
+/** Inserts the events and their tag rows in one statement; returns the ids actually inserted. */
+async function insertRows(client: pg.PoolClient, inserts: PreparedEvent[]): Promise<Set<string>> {
+  if (inserts.length === 0) return new Set();
+  // Binary arrays (binary-array.ts): nothing escaped here, nothing parsed back there.
+  const n = inserts.length;
+  const ids = new BinaryArray(OID.bytea, n * 36), pubkeys = new BinaryArray(OID.bytea, n * 36);
+  const kinds = new BinaryArray(OID.int4, n * 8), times = new BinaryArray(OID.int8, n * 12);
+  const dTags = new BinaryArray(OID.text, n * 8), expiries = new BinaryArray(OID.int8, n * 4);
+  const raws = new BinaryArray(OID.text, n * 1200), words = new BinaryArray(OID.text, n * 1200);
+  const tags = { ids: new BinaryArray(OID.bytea, n * 72), names: new BinaryArray(OID.text, n * 12), values: new BinaryArray(OID.text, n * 140) };
+  const tagKinds = new BinaryArray(OID.int4, n * 16), tagTimes = new BinaryArray(OID.int8, n * 24);
   for (const p of inserts) {
-    const id = hex(p.event.id);
+    const { id, pubkey, kind, created_at } = p.event;
+    ids.hex(id);
+    pubkeys.hex(pubkey);
+    kinds.int4(kind);
+    times.int8(created_at);
+    dTags.text(p.dTag);
+    expiries.int8(p.expiresAt);
+    raws.text(p.raw);
+    words.text(storedSearch(p));
     for (const [name, value] of p.tags) {
-      eventIds.push(id);
-      names.push(name);
-      values.push(value);
-      kinds.push(p.event.kind);
-      times.push(p.event.created_at);
+      tags.ids.hex(id);
+      tags.names.text(name);
+      tags.values.text(value);
+      tagKinds.int4(kind);
+      tagTimes.int8(created_at);
     }
   }
-  const { rows } = await client.query<{ id: string; txid: string }>(
+  const { rows } = await client.query<{ id: string }>(
     `WITH inserted AS (
        INSERT INTO events (id, pubkey, kind, created_at, d_tag, expires_at, raw, search)
        SELECT id, pubkey, kind, created_at, d_tag, expires_at, raw, search::tsvector
@@ -223,24 +253,13 @@ async function insertRows(client: pg.PoolClient, inserts: PreparedEvent[]): Prom
        SELECT * FROM unnest($8::bytea[], $9::text[], $10::text[], $11::int[], $12::bigint[]) AS t(event_id, name, value, kind, created_at)
        WHERE t.event_id IN (SELECT id FROM inserted)
      )
-     SELECT encode(id, 'hex') AS id, pg_current_xact_id()::text AS txid FROM inserted`,
+     SELECT encode(id, 'hex') AS id FROM inserted`,
     [
-      inserts.map((p) => hex(p.event.id)),
-      inserts.map((p) => hex(p.event.pubkey)),
-      inserts.map((p) => p.event.kind),
-      inserts.map((p) => p.event.created_at),
-      inserts.map((p) => p.dTag),
-      inserts.map((p) => p.expiresAt),
-      inserts.map((p) => p.raw),
-      eventIds,
-      names,
-      values,
-      kinds,
-      times,
-      inserts.map((p) => (p.search ? tsvectorLiteral(p.search) : null)),
+      ids.done(), pubkeys.done(), kinds.done(), times.done(), dTags.done(), expiries.done(), raws.done(),
+      tags.ids.done(), tags.names.done(), tags.values.done(), tagKinds.done(), tagTimes.done(), words.done(),
     ],
   );
-  return { ids: new Set(rows.map((r) => r.id)), txid: rows[0]?.txid };
+  return new Set(rows.map((r) => r.id));
 }
 
 /** A committed batch: each event's outcome, in batch order, and the events it newly stored. */
@@ -270,6 +289,8 @@ export interface WriteOptions {
 
 /** What the writer needs of the webhooks outbox (store/outbox.ts WebhookOutbox). */
 export interface Outbox {
+  /** Endpoints known as of the last prepare(): none, and nothing is enqueued. */
+  readonly size: number;
   prepare(client: pg.PoolClient): Promise<void>;
   enqueue(client: pg.PoolClient, stored: PreparedEvent[]): Promise<number>;
 }
@@ -279,35 +300,54 @@ export interface OwnTransactions {
   release(txid: string): void;
 }
 
-/** Writes a batch atomically and says what it stored. Database errors reject the whole batch. */
+/**
+ * Writes a batch atomically and says what it stored. Database errors reject the whole batch.
+ *
+ * On a pipelined client (the writer's), two waits for the database whatever the batch holds (three
+ * with webhooks to enqueue): the statements that decide the batch go out together (inOrder), then
+ * the ones that write it with the COMMIT. The facts are still read after the locks are held: each
+ * statement takes its snapshot as it starts.
+ */
 export async function writeBatchStored(pool: pg.Pool, batch: PreparedEvent[], { own, relay, onLocked, outbox }: WriteOptions = {}): Promise<WrittenBatch> {
   if (batch.length === 0) return { results: [], stored: [], lsn: 0n };
   const client = await pool.connect();
   let txid: string | undefined;
   try {
-    await client.query('BEGIN');
-    await takeLocks(client, batch);
+    // The transaction's id first, so the feed is told it before COMMIT is sent.
+    const [begun, , facts] = await inOrder(client, [
+      () => client.query('BEGIN; SELECT pg_current_xact_id()::text AS txid') as unknown as Promise<pg.QueryResult[]>,
+      () => takeLocks(client, batch),
+      () => readFacts(client, batch),
+      async () => outbox?.prepare(client),
+    ] as const);
     onLocked?.();
-    const plan = planBatch(batch, await readFacts(client, batch), { relay });
-    await deleteReplaced(client, plan);
-    await applyVanishes(client, plan.vanishes);
-    const inserted = await insertRows(client, plan.inserts);
-    await applyDeletions(client, plan.deletions);
-    if (outbox && inserted.ids.size > 0) {
-      await outbox.prepare(client);
-      await outbox.enqueue(client, plan.inserts.filter((p) => inserted.ids.has(p.event.id)));
+    const plan = planBatch(batch, facts, { relay });
+    if (plan.inserts.length) own?.claim((txid = begun[1].rows[0].txid as string));
+    const write = [
+      () => deleteReplaced(client, plan),
+      () => applyVanishes(client, plan.vanishes),
+      () => insertRows(client, plan.inserts),
+      () => applyDeletions(client, plan.deletions),
+    ] as const;
+    // The commit and the WAL position after it in one statement (a simple-protocol query string).
+    const commit = () => client.query('COMMIT; SELECT pg_current_wal_insert_lsn()::text AS lsn') as unknown as Promise<pg.QueryResult[]>;
+    let inserted: Set<string>;
+    let committed: pg.QueryResult[];
+    if (outbox?.size) {
+      // Webhooks' deliveries are enqueued for what was inserted, in the same transaction.
+      [, , inserted] = await inOrder(client, write);
+      if (inserted.size > 0) await outbox.enqueue(client, plan.inserts.filter((p) => inserted.has(p.event.id)));
+      committed = await commit();
+    } else {
+      [, , inserted, , committed] = await inOrder(client, [...write, commit] as const);
     }
-    txid = inserted.txid;
-    if (txid) own?.claim(txid);
-    // The commit and the WAL position after it in one round trip (a simple-protocol query string).
-    const [, position] = (await client.query('COMMIT; SELECT pg_current_wal_insert_lsn()::text AS lsn')) as unknown as pg.QueryResult[];
     // Every planned id is locked, so none can appear meanwhile; were one to, it is a duplicate.
     const planned = new Set(plan.inserts.map((p) => p.event.id));
     const results = plan.results.map((r, i): WriteResult => {
       const id = batch[i].event.id;
-      return r.status === 'stored' && planned.has(id) && !inserted.ids.has(id) ? { status: 'duplicate' } : r;
+      return r.status === 'stored' && planned.has(id) && !inserted.has(id) ? { status: 'duplicate' } : r;
     });
-    return { results, stored: plan.inserts.filter((p) => inserted.ids.has(p.event.id)), lsn: lsnValue(position.rows[0].lsn) };
+    return { results, stored: plan.inserts.filter((p) => inserted.has(p.event.id)), lsn: lsnValue(committed[1].rows[0].lsn) };
   } catch (err) {
     if (txid) own?.release(txid);
     await client.query('ROLLBACK').catch(() => undefined);

@@ -5,7 +5,7 @@ import { getEventHash, verifyEvent } from 'nostr-tools/pure';
 import * as secp from 'tiny-secp256k1';
 import { describe, expect, it } from 'vitest';
 import {
-  canonicalEventJson, checkIdAndSignature, computeEventId, HEX64, isHex64, parseEvent, powDifficulty, serializeForId,
+  canonicalEventJson, checkIdAndSignature, computeEventId, eventJsons, HEX64, isHex64, parseEvent, powDifficulty, serializeForId,
   verifySignature, type NostrEvent,
 } from '../../src/nostr/event.js';
 import { newSigner } from '../support/keys.js';
@@ -82,6 +82,24 @@ describe('computeEventId', () => {
         const e = unsigned({ content, tags });
         expect(computeEventId(e)).toBe(getEventHash(e));
       }),
+      { numRuns: 300 },
+    );
+  });
+});
+
+describe('eventJsons', () => {
+  it('makes exactly serializeForId and canonicalEventJson, for arbitrary content, tags, kinds and times', () => {
+    const text = fc.string({ unit: 'grapheme', maxLength: 40 });
+    const hex = (n: number) => fc.stringMatching(new RegExp(`^[0-9a-f]{${n}}$`));
+    fc.assert(
+      fc.property(
+        hex(64), hex(64), hex(128), fc.oneof(fc.nat(), fc.constantFrom(0, 2 ** 31, Number.MAX_SAFE_INTEGER)), fc.integer({ min: 0, max: 65535 }),
+        text, fc.array(fc.array(text, { minLength: 1, maxLength: 3 }), { maxLength: 4 }),
+        (id, pubkey, sig, created_at, kind, content, tags) => {
+          const e = { id, pubkey, created_at, kind, tags, content, sig };
+          expect(eventJsons(e)).toEqual({ forId: serializeForId(e), raw: canonicalEventJson(e) });
+        },
+      ),
       { numRuns: 300 },
     );
   });

@@ -28,6 +28,8 @@ export async function openStandaloneHost(config: Config, db: Database, log: Logg
     registry: new Registry(),
     async close() {
       await side.writer.drain();
+      await side.searchMerger.stop();
+      await side.writerPool.end();
       await side.feed.stop();
       side.moderation.stop();
       await Promise.all([side.verifier.close(), side.plugin?.close()]);
