@@ -357,7 +357,7 @@ const hotTier = section('Hot tier', 'The newest events in memory, with the index
   ),
   FEED_READ_SPACING_MS: documented(
     int(0, 1000).default(5),
-    'How far apart this process starts its reads of what other writers committed. A REQ the hot tier answers waits for a read that began after it arrived (so it sees every event any process committed before it), and all REQs arriving within this time share one read: larger costs PostgreSQL less per REQ and adds up to this much latency to such REQs and to live delivery from other processes; 0 reads back to back.',
+    'How far apart this process starts the reads of what other writers committed that nothing it has heard of calls for: the periodic poll, and the reads REQs answered by the hot tier wait for while its LISTEN connection is down (each such REQ waits for a read that began after it arrived; all arriving within this time share one). A read for a commit whose notification arrived starts at once, and REQs need none while every commit heard of has been read. Larger costs PostgreSQL less and adds up to this much latency to those REQs; 0 reads back to back.',
     { unit: 'ms', example: '10' },
   ),
 });

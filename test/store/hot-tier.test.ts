@@ -453,6 +453,29 @@ describe('the first pass over replaceable events (preHold)', () => {
     expect(small.replaceableComplete).toBe(false);
     expect(answerIds(small, { authors: [ALICE, BOB], kinds: [0] })).toBeUndefined();
   });
+
+  it('a newer version stored below the window replaces the held one there, as the store did in the same commit', () => {
+    const tier = new HotTier({ budgetBytes: BIG });
+    prepass(tier, [profileA1, profileB]);
+    tier.addOlder(page(notes.slice(2)), false); // the budget ended the fill at BASE_TIME + 7
+    tier.listUnlisted();
+    expect(tier.windowStart).toBe(BASE_TIME + 8);
+    tier.add(prepareEvent(profileA2)); // BASE_TIME + 5: below the window
+    expect(tier.has(profileA1.id)).toBe(false);
+    expect(answerIds(tier, { authors: [ALICE, BOB], kinds: [0] })).toEqual([profileA2.id, profileB.id]);
+    // Addressable: one held below the window is in the boundary second, where a version with a
+    // lower id replaces it. The replaced one goes; the new one is not held (below the window).
+    const article1 = event({ pubkey: BOB, kind: 30023, tags: [['d', 'x']], created_at: BASE_TIME + 1 });
+    const article2 = event({ pubkey: BOB, kind: 30023, tags: [['d', 'x']], created_at: BASE_TIME + 1, id: idOf(1) });
+    const partial = new HotTier({ budgetBytes: BIG });
+    partial.addOlder(page([...notes.slice(2), article1]), false);
+    expect(partial.windowStart).toBe(BASE_TIME + 2);
+    expect(answerIds(partial, { ids: [article1.id] })).toEqual([article1.id]);
+    partial.add(prepareEvent(article2));
+    expect(partial.has(article1.id)).toBe(false);
+    expect(partial.has(article2.id)).toBe(false);
+    expect(answerIds(partial, { ids: [article1.id] })).toBeUndefined();
+  });
 });
 
 describe('eviction', () => {

@@ -14,8 +14,10 @@
 // - Kept current from the change stream: what this process's writer stored, what the feed read from
 //   other writers (processes, hosts, imports), and what anyone deleted (the feed's `removed`, read
 //   from event_removals: kind 5, replaced versions, vanish, prune, purges, the expiry sweep).
-// - Exact at the moment of each REQ: before answering, it waits for a feed read that began after the
-//   REQ arrived, so whatever any writer had committed by then is in the tier (removals included).
+// - Exact at the moment of each REQ: whatever any writer had committed by the time it arrived is in
+//   the tier before it is answered (removals included). That takes no read while the feed has read
+//   every commit it heard of: one round trip on the feed's LISTEN connection shows none is on its
+//   way; one that is, or no LISTEN connection, is waited for (fresh(), and the top of feed.ts).
 // - A removal that reaches an event added moments before may be out of order with a re-insert of
 //   the same id (pruned, then published again): such ids are checked against the database.
 import type pg from 'pg';
@@ -81,8 +83,8 @@ export class HotTierService {
   /** When each event held was added through the change stream (for the recent-removal check). */
   private readonly recentlyAdded = new Map<string, number>();
   private checking: Promise<void> = Promise.resolve();
-  /** The wait REQs share until the read they wait for starts (fresh). */
-  private freshness: { read: Promise<void>; fresh: Promise<boolean> } | undefined;
+  /** The wait REQs share: the feed's promise they wait on, and theirs (fresh). */
+  private freshness: { key: Promise<unknown>; fresh: Promise<boolean> } | undefined;
   private evicting = false;
   private unsubscribe: (() => void) | undefined;
   private stopped = false;
@@ -224,10 +226,13 @@ export class HotTierService {
   }
 
   /**
-   * True once the tier holds everything committed before this call (a feed read that began after it,
-   * then pending checks); false if that takes over freshTimeoutMs (the database is slow or down:
-   * PostgreSQL answers, or fails, as without a tier). Every REQ until that read starts shares one
-   * wait: one promise and one timer for the hundreds of REQs a second a busy relay answers.
+   * True once the tier holds everything committed before this call (see the top of feed.ts for
+   * what that covers exactly); false if that takes over freshTimeoutMs (the database is slow or
+   * down: PostgreSQL answers, or fails, as without a tier). While the feed listens and has read
+   * every commit it heard of, that is one round trip on its LISTEN connection, shared by every REQ
+   * that arrives before it is sent; a commit heard of and not yet read is waited for (its read
+   * starts at once). Without a LISTEN connection, a feed read that began after this call is
+   * waited for, shared by every REQ until that read starts.
    */
   fresh(): Promise<boolean> {
     // The database cannot be read (restarting, failing over): memory answers with every event this
@@ -236,13 +241,35 @@ export class HotTierService {
       this.stats.unreachable++;
       return Promise.resolve(true);
     }
-    const read = this.feed.nextRead();
+    if (!this.feed.listening) {
+      const read = this.feed.nextRead();
+      this.feed.requestRead();
+      return this.sharedWait(read, () => read.then(nextTurn));
+    }
+    const heard = this.feed.heardUpToNow();
+    return this.sharedWait(heard, () => heard.then(() => this.readWhatWasHeard()));
+  }
+
+  /**
+   * After heardUpToNow: nothing more when the feed has read (and the tier applied) every commit it
+   * heard of; else that read.
+   */
+  private async readWhatWasHeard(): Promise<void> {
+    if (this.feed.current) return;
+    if (this.feed.listening) return this.feed.caughtUp();
+    const read = this.feed.nextRead(); // the connection was lost meanwhile: a read after this
     this.feed.requestRead();
-    if (this.freshness?.read !== read) this.freshness = { read, fresh: this.freshAfter(read) };
+    await read;
+    await nextTurn();
+  }
+
+  /** One wait, and one timer, for every REQ that waits on the same promise of the feed. */
+  private sharedWait(key: Promise<unknown>, wait: () => Promise<unknown>): Promise<boolean> {
+    if (this.freshness?.key !== key) this.freshness = { key, fresh: this.withTimeout(wait()) };
     return this.freshness.fresh;
   }
 
-  private freshAfter(read: Promise<void>): Promise<boolean> {
+  private withTimeout(wait: Promise<unknown>): Promise<boolean> {
     return new Promise<boolean>((resolve) => {
       let due = performance.now() + this.freshTimeoutMs;
       const expire = () => {
@@ -261,10 +288,8 @@ export class HotTierService {
         }
       };
       let timer = setTimeout(expire, this.freshTimeoutMs);
-      // The read's changes reach the tier on the change stream's next turn (changes.ts): wait one
-      // turn more, then for the checks it may have started.
-      void read
-        .then(() => new Promise((turn) => setImmediate(turn)))
+      // Then the checks of removed ids it may have started.
+      void wait
         .then(() => this.checking)
         .then(() => {
           clearTimeout(timer);
@@ -425,6 +450,14 @@ export class HotTierService {
 
   /** The feed's last read as housekeeping last saw it while the database could be read. */
   private seenReadAt = Date.now();
+}
+
+/**
+ * One turn of the event loop: the change stream delivers on the next turn (changes.ts), so what a
+ * read or this process's writer published before now is in the tier after it.
+ */
+function nextTurn(): Promise<void> {
+  return new Promise((resolve) => setImmediate(resolve));
 }
 
 const CREATED_AT = /"created_at":(\d+)/;

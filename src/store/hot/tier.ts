@@ -168,11 +168,14 @@ export class HotTier {
   /**
    * A newly stored event (the change stream). Ignored when created_at < windowStart, or when held
    * already. Replaceable and addressable: the store's choice between it and a held version of the
-   * same key is kept (the higher created_at, on a tie the lower id), the other dropped.
+   * same key is kept (the higher created_at, on a tie the lower id), the other dropped; below the
+   * window too, where a replaceable one is held while every version is (replaceableComplete), and
+   * a held version it replaces is dropped in any case: the store deleted it in the same commit,
+   * and this process's writer does not wait for the feed to read that removal.
    */
   add(p: PreparedEvent): void {
-    if (p.event.created_at < this.start) return;
-    this.hold(p, false);
+    if (p.event.created_at >= this.start || (p.kindClass === 'replaceable' && this.replaceableComplete)) return this.hold(p, false);
+    if (p.dTag !== null && !this.byId.has(p.event.id)) this.replacesHeld(p, p.kindClass === 'replaceable' ? null : `${p.event.kind}:${p.event.pubkey}:${p.dTag}`);
   }
 
   /** Events deleted in the database (kind 5, replaced, vanished, pruned, banned …). Ids not held: no-op. */
