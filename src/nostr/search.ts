@@ -43,6 +43,8 @@ const SPACELESS_RUNS = /([\p{scx=Han}\p{scx=Hiragana}\p{scx=Katakana}\p{scx=Hang
 // A host name (two or more dotted parts, the last with a letter), or a word.
 const TOKENS = /[\p{L}\p{M}\p{N}_-]*[\p{L}\p{M}\p{N}_](?:\.[\p{L}\p{M}\p{N}_-]*[\p{L}\p{M}\p{N}_])+|[\p{L}\p{M}\p{N}_]+/gu;
 const WORD = /[\p{L}\p{M}\p{N}_]+/gu;
+const ASCII = /^[\x00-\x7f]*$/;
+const ASCII_WORD = /[a-z0-9_]+/g;
 // What every host name holds: a dot between word characters (TOKENS' first branch needs one).
 const DOTTED = /[\p{L}\p{M}\p{N}_-]\.[\p{L}\p{M}\p{N}_-]/u;
 
@@ -65,9 +67,12 @@ function tokenize(text: string, whole: boolean, maxPosition = MAX_POSITION): Tok
   const push = (lexeme: string, spaceless: boolean, at = ++position): void => {
     if (lexeme.length <= MAX_TOKEN_LENGTH && at <= maxPosition) out.push({ lexeme, position: at, spaceless });
   };
-  const normalized = text.normalize('NFKC').toLowerCase();
+  // ASCII is its own NFKC form, holds no spaceless script, and its words are runs of [a-z0-9_]: the
+  // common case, answered without Unicode-aware expressions (a third of the time per note).
+  const ascii = ASCII.test(text);
+  const normalized = ascii ? text.toLowerCase() : text.normalize('NFKC').toLowerCase();
   // Most texts hold no spaceless script: their words then need no splitting (the hot path on insert).
-  const hasSpaceless = SPACELESS.test(normalized);
+  const hasSpaceless = !ascii && SPACELESS.test(normalized);
   const words = (part: string): void => {
     for (const [word] of part.matchAll(WORD)) {
       if (!hasSpaceless) {
@@ -89,7 +94,7 @@ function tokenize(text: string, whole: boolean, maxPosition = MAX_POSITION): Tok
   };
   if (!hasSpaceless && !DOTTED.test(normalized)) {
     // No host name is possible either: every token is a plain word.
-    for (const [word] of normalized.matchAll(WORD)) {
+    for (const [word] of normalized.matchAll(ascii ? ASCII_WORD : WORD)) {
       if (position >= maxPosition) break;
       push(word, false);
     }
