@@ -165,6 +165,43 @@ export function searchDocument(event: NostrEvent): SearchDocument | undefined {
   return doc.size > 0 ? doc : undefined;
 }
 
+/**
+ * tsvectorLiteral(searchDocument(event)), or null when that has no words: what events.search is
+ * given. The verifier's threads make it for every event stored; plain ASCII text without host names
+ * (most notes) goes straight to the literal, without tokens or a document in between (its words
+ * need no quoting), which is half the time.
+ */
+export function searchLiteral(event: NostrEvent): string | null {
+  const text = searchText(event);
+  if (text === undefined) return null;
+  const lower = ASCII.test(text) ? text.toLowerCase() : undefined;
+  if (lower === undefined || DOTTED.test(lower)) {
+    const doc = searchDocument(event);
+    return doc ? tsvectorLiteral(doc) : null;
+  }
+  // tokenize's and searchDocument's rules, for this case: every word takes a position, one too
+  // long is skipped, and positions only grow.
+  const doc = new Map<string, number[]>();
+  let position = 0;
+  let bytes = 0;
+  for (const [word] of lower.matchAll(ASCII_WORD)) {
+    if (position >= MAX_POSITION) break;
+    const at = ++position;
+    if (word.length > MAX_TOKEN_LENGTH) continue;
+    let positions = doc.get(word);
+    if (!positions) {
+      bytes += word.length + 8;
+      if (bytes > MAX_DOCUMENT_BYTES) break;
+      doc.set(word, (positions = []));
+    }
+    if (positions.length < MAX_POSITIONS_PER_LEXEME) positions.push(at);
+  }
+  if (doc.size === 0) return null;
+  let literal = '';
+  for (const [word, positions] of doc) literal += `${literal ? ' ' : ''}'${word}':${positions.join(',')}`;
+  return literal;
+}
+
 const NEEDS_ESCAPE = /['\\]/;
 const quote = (lexeme: string) => (NEEDS_ESCAPE.test(lexeme) ? `'${lexeme.replace(/\\/g, '\\\\').replace(/'/g, "''")}'` : `'${lexeme}'`);
 

@@ -3,15 +3,14 @@
 // An event arrives as the text it came in (a client's `["EVENT",{…}]`, parsed again here: copying
 // a string to a thread costs far less than copying the object the main thread parsed) or as an object.
 import { eventJsons, idAndSignatureFault, type NostrEvent, type Verdict } from './event.js';
-import { searchDocument, tsvectorLiteral } from './search.js';
+import { searchLiteral } from './search.js';
 
 /** The check and the serialisations of one event, wherever it runs (a thread, or inline). */
 export function checkEvent(e: NostrEvent): Verdict {
   const { forId, raw } = eventJsons(e);
   const invalid = idAndSignatureFault(e, forId);
   if (invalid) return { invalid };
-  const doc = searchDocument(e);
-  return { raw, searchLiteral: doc ? tsvectorLiteral(doc) : null };
+  return { raw, searchLiteral: searchLiteral(e) };
 }
 
 /** The event in a text the main thread already parsed and checked the shape of: a message or an event. */

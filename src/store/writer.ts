@@ -102,8 +102,10 @@ export class EventWriter {
     return new Promise((resolve, reject) => {
       this.queue.push({ event, resolve, reject, deadline: performance.now() + (this.options.retryMs ?? 0) });
       if (this.flushing.size < this.concurrency) {
-        // setImmediate lets every message already received in this turn join the batch.
-        const loop: Promise<void> = new Promise<void>((done) => setImmediate(() => this.flushLoop().finally(done))).finally(() =>
+        // Written as soon as this turn's microtasks are done: an event alone (a quiet relay) goes at
+        // once, rather than a turn of the event loop later, milliseconds on a loop busy with REQs;
+        // the events that arrive while its transaction runs form the next batch.
+        const loop: Promise<void> = new Promise<void>((done) => queueMicrotask(() => void this.flushLoop().finally(done))).finally(() =>
           this.flushing.delete(loop),
         );
         this.flushing.add(loop);

@@ -1,8 +1,9 @@
 // NIP-50 words and queries (src/nostr/search.ts), without a database: what becomes a word, how a
 // query string is read, and the tsquery text it compiles to.
+import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import type { NostrEvent } from '../../src/nostr/event.js';
-import { compileSearch, parseSearch, searchDocument, searchText, tsvectorLiteral, wordsToStem } from '../../src/nostr/search.js';
+import { compileSearch, parseSearch, searchDocument, searchLiteral, searchText, tsvectorLiteral, wordsToStem } from '../../src/nostr/search.js';
 
 const event = (kind: number, content: string, tags: string[][] = []): NostrEvent =>
   ({ id: '0'.repeat(64), pubkey: '1'.repeat(64), sig: '2'.repeat(128), created_at: 1, kind, tags, content }) as NostrEvent;
@@ -41,6 +42,26 @@ describe('search documents', () => {
     const many = searchDocument(event(1, Array.from({ length: 20000 }, (_, i) => `w${i % 300}`).join(' ')))!;
     expect(Math.max(...[...many.values()].flat())).toBeLessThanOrEqual(16383);
     expect(Math.max(...[...many.values()].map((p) => p.length))).toBeLessThanOrEqual(256);
+  });
+
+  it('makes the literal events.search gets exactly as the document would, on its ASCII shortcut and off it', () => {
+    const literalOf = (e: NostrEvent) => {
+      const d = searchDocument(e);
+      return d ? tsvectorLiteral(d) : null;
+    };
+    const samples = ['Hello hello, World_1', 'see example.com now', "it's a\\b", 'café au lait', '東京タワー', '!!! ...', `a ${'x'.repeat(200)} b`, 'version 3.14'];
+    for (const content of samples) expect(searchLiteral(event(1, content)), content).toBe(literalOf(event(1, content)));
+    expect(searchLiteral(event(7, '+'))).toBeNull();
+    const many = event(1, Array.from({ length: 20000 }, (_, i) => `w${i % 300}`).join(' '));
+    expect(searchLiteral(many)).toBe(literalOf(many));
+    const ascii = fc.string({ unit: fc.constantFrom(...'abcXYZ019_ .,\'"-:#\n'.split('')), maxLength: 80 });
+    fc.assert(
+      fc.property(ascii, fc.array(fc.tuple(fc.constantFrom('t', 'title', 'p'), ascii), { maxLength: 3 }), (content, tags) => {
+        const e = event(1, content, tags);
+        expect(searchLiteral(e)).toBe(literalOf(e));
+      }),
+      { numRuns: 500 },
+    );
   });
 
   it('writes tsvector text with quotes doubled', () => {
