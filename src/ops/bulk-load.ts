@@ -4,10 +4,12 @@
 //
 // The steps are those of writeBatch (src/store/write.ts), in the same order, so the outcome is the
 // same as writing the chunk through it:
-//   1. Lock every key the chunk touches (ids, replaceable/addressable addresses, deletion targets)
-//      with the relay's advisory locks, in one statement in hash order. The relay's writers lock the
-//      same keys the same way, so an import running beside a live relay serialises with it key by
-//      key (two versions of one address, a deletion and its target) and cannot deadlock with it.
+//   1. Lock every key the chunk touches (ids, replaceable/addressable addresses, deletion targets,
+//      NIP-62 keys) with the relay's advisory locks, in one statement in hash order. The relay's
+//      writers lock the same keys the same way, so an import running beside a live relay serialises
+//      with it key by key (two versions of one address, a deletion and its target, a request to
+//      vanish and its author's events) and cannot deadlock with it. A NIP-62 key is taken shared
+//      when the chunk holds no request to vanish from that pubkey (takeChunkLocks says why).
 //      A table lock (SHARE ROW EXCLUSIVE) would not be enough: a relay writer that has read its
 //      facts before the import committed could still store an event the import's kind 5 deletes.
 //      The locks live in the shared lock table, so a chunk stays at a few thousand events
@@ -23,29 +25,30 @@
 //   4. Delete the stored versions the chunk replaces; COPY the planned events into `events` and
 //      their tag rows into `event_tags` (EventRows, copyRows: binary COPY, which the empty-target
 //      load of empty-target-load.ts uses too); apply the kind 5s to stored events.
-// Every step but the inserts is writeBatch's own function (takeLocks, readFacts, deleteReplaced,
+// Every step but the locks and the inserts is writeBatch's own function (readFacts, deleteReplaced,
 // applyDeletions).
 // Everything happens under the locks, so the plan is exact: no ON CONFLICT is needed, and a COPY
 // that hits a unique key anyway (a writer that does not lock) fails the chunk, which is then written
 // through writeBatch instead, halved until the event PostgreSQL refuses is isolated.
 //
-// Two chunks are in flight at once (BulkWriter), so one's COPY and commit overlap the next one's
-// locking, reading and planning, and PostgreSQL works on two cores. The order stays the input's: a
-// chunk takes its locks only once the one before holds all of its own, so where their keys meet it
-// waits for that one's commit and sees its rows, exactly as if it had started after it; and it
-// commits only once the one before has committed (if that one fails, it rolls back and starts over
-// after it).
+// Two chunks are in flight at once (BulkWriter), so PostgreSQL works on two cores: where they share
+// no key (shared NIP-62 keys do not count), the second reads and copies while the first does. The
+// order stays the input's: a chunk takes its locks only once the one before holds all of its own, so
+// where their keys meet it waits for that one's commit and sees its rows, exactly as if it had
+// started after it; and it commits only once the one before has committed (if that one fails, it
+// rolls back and starts over after it).
 import { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import type pg from 'pg';
 import { from as copyFrom } from 'pg-copy-streams';
-import { planBatch } from '../store/plan-batch.js';
+import { KIND_DELETION, KIND_VANISH } from '../nostr/kinds.js';
+import { addressKey, addressOf, deletionTargets, planBatch, vanishKeys } from '../store/plan-batch.js';
 import { BinaryCopyWriter } from './binary-copy.js';
 import * as reason from '../nostr/reason.js';
 import { tsvectorBinary } from '../nostr/search.js';
 import { hasSqlState, inSqlStateClass, SQLSTATE } from '../store/pg-errors.js';
 import type { PreparedEvent, WriteResult } from '../store/prepared-event.js';
-import { applyDeletions, applyVanishes, deleteReplaced, readFacts, takeLocks, writeBatch } from '../store/write.js';
+import { applyDeletions, applyVanishes, deleteReplaced, readFacts, writeBatch } from '../store/write.js';
 
 /**
  * The largest chunk the importers accept: two chunks in flight hold two chunks' worth of advisory
@@ -144,6 +147,43 @@ export async function copyRows(client: pg.PoolClient, rows: EncodedRows, options
   if (options.skipTagForeignKeyCheck) await client.query('SET LOCAL session_replication_role = origin');
 }
 
+/**
+ * The relay's locks for a chunk (takeLocks in store/write.ts: the same keys, hashed the same way, in
+ * hash order in one statement), except that a NIP-62 key is taken shared where the chunk holds no
+ * request to vanish from that pubkey. Such a key only orders an event after or before a request to
+ * vanish that covers it, and the request's writer takes it exclusive; two chunks of ordinary events
+ * by one author have nothing to order, so they need not wait for each other. Taken exclusive, the
+ * author keys of consecutive chunks nearly always met, so every chunk waited for the previous one's
+ * commit before it could read or copy anything, and the two chunks in flight were written one
+ * after the other.
+ */
+async function takeChunkLocks(client: pg.PoolClient, chunk: PreparedEvent[]): Promise<void> {
+  const exclusive = new Set<string>();
+  const shared = new Set<string>();
+  for (const p of chunk) {
+    exclusive.add(p.event.id);
+    const vanish = p.event.kind === KIND_VANISH ? exclusive : shared;
+    for (const pk of vanishKeys(p)) vanish.add('vanish:' + pk);
+    const address = addressOf(p);
+    if (address) exclusive.add(address);
+    if (p.event.kind === KIND_DELETION) {
+      const d = deletionTargets(p);
+      d.ids.forEach((id) => exclusive.add(id));
+      d.addresses.forEach((a) => exclusive.add(addressKey(a.kind, d.pubkey, a.d)));
+    }
+  }
+  for (const key of exclusive) shared.delete(key);
+  // Two keys with one hash are one lock: exclusive if either needs it.
+  await client.query(
+    `SELECT CASE WHEN x THEN pg_advisory_xact_lock(k) ELSE pg_advisory_xact_lock_shared(k) END FROM (
+       SELECT hashtextextended(key, 0) AS k, bool_or(x) AS x FROM unnest($1::text[], $2::bool[]) AS t(key, x) GROUP BY 1 ORDER BY 1) keys`,
+    [
+      [...exclusive, ...shared],
+      [...exclusive].map(() => true).concat([...shared].map(() => false)),
+    ],
+  );
+}
+
 /** What the next chunk needs to know about one attempt at writing a chunk. */
 interface Attempt {
   /** Resolves once the attempt holds its locks (or has ended). */
@@ -229,7 +269,7 @@ export class BulkWriter {
       // The chunk before holds its locks (or is written) before this one asks for any.
       const before = previous.attempt;
       await Promise.race([before.locked, previous.done.catch(() => undefined)]);
-      await takeLocks(client, chunk);
+      await takeChunkLocks(client, chunk);
       onLocked();
       const facts = await readFacts(client, chunk);
       const hadVersion = new Set(facts.current.keys());

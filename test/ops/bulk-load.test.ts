@@ -4,7 +4,7 @@
 import { Readable } from 'node:stream';
 import type pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { BulkWriter, bulkOptions } from '../../src/ops/bulk-load.js';
+import { BulkWriter, bulkOptions, copyRows, EventRows } from '../../src/ops/bulk-load.js';
 import { importJsonl } from '../../src/ops/import-jsonl.js';
 import type { NostrEvent } from '../../src/nostr/event.js';
 import { policyFrom } from '../../src/policy/policy.js';
@@ -43,7 +43,7 @@ interface Workload {
  * (30023, three d values) events with close created_at (ties included) in random order, duplicates,
  * and kind 5s by e and by a, by the author or by someone else, before and after their targets.
  */
-function workload(seed: number, size: number): Workload {
+function workload(seed: number, size: number, { vanish = false } = {}): Workload {
   const rnd = random(seed);
   const pick = <T>(list: T[]) => list[Math.floor(rnd() * list.length)];
   const candidates: NostrEvent[] = [];
@@ -77,6 +77,8 @@ function workload(seed: number, size: number): Workload {
     input.push(e);
     if (rnd() < 0.12) input.push(deletion([pick(candidates), ...(rnd() < 0.5 ? [pick(candidates)] : [])]));
     if (rnd() < 0.1) input.push(pick(input));
+    // NIP-62: everything of the author's up to its created_at goes, and what comes later of it is refused.
+    if (vanish && rnd() < 0.03) input.push(unsignedEvent({ pubkey: pick(AUTHORS), created_at: T0 + Math.floor(rnd() * 30), kind: 62, tags: [['relay', 'ALL_RELAYS']] }));
   }
   const stored = [...shuffled.slice(0, 10), deletion([shuffled[10]]), deletion([shuffled[20]])];
   return { stored, input };
@@ -139,6 +141,29 @@ async function eventRows(pool: pg.Pool): Promise<string[]> {
   return rows.map((r) => r.row);
 }
 
+/** Resolves once some connection waits for an advisory lock, or as `settled` does; says which. */
+async function untilALockIsAwaited(pool: pg.Pool, settled: Promise<unknown>): Promise<'waiting' | 'settled'> {
+  let done = false;
+  const finished = settled.then(
+    () => (done = true),
+    () => (done = true),
+  );
+  for (;;) {
+    const { rows } = await pool.query("SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND NOT granted");
+    if (rows.length > 0) return 'waiting';
+    if (done) return 'settled';
+    await Promise.race([finished, new Promise((r) => setTimeout(r, 10))]);
+  }
+}
+
+/** A transaction that stands for another import's chunk in flight: it holds an author's NIP-62 key shared, as a chunk of that author's events does. */
+async function chunkInFlight(pool: pg.Pool, author: string) {
+  const client = await pool.connect();
+  await client.query('BEGIN');
+  await client.query('SELECT pg_advisory_xact_lock_shared(hashtextextended($1, 0))', [`vanish:${author}`]);
+  return client;
+}
+
 const jsonl = (events: NostrEvent[]) => Readable.from([events.map((e) => JSON.stringify(e)).join('\n') + '\n']);
 
 let relayPath: Database;
@@ -153,7 +178,7 @@ afterAll(async () => {
 });
 
 async function reset(): Promise<void> {
-  for (const db of [relayPath, bulkPath]) await db.pool.query('TRUNCATE events, event_tags');
+  for (const db of [relayPath, bulkPath]) await db.pool.query('TRUNCATE events, event_tags, vanished');
 }
 
 describe('bulk write path', () => {
@@ -178,6 +203,60 @@ describe('bulk write path', () => {
       expect(expected.rejected).toBeGreaterThan(0);
     });
   }
+
+  for (const [seed, batchSize] of [[5, 7], [6, 40]]) {
+    it(`with requests to vanish among the events, leaves exactly the rows writeBatch leaves (seed ${seed}, batches of ${batchSize})`, async () => {
+      await reset();
+      const { input } = workload(seed, 400, { vanish: true });
+      const expected = await writeThroughWriteBatch(relayPath.pool, input, batchSize);
+      const result = await importJsonl(bulkPath.pool, jsonl(input), { policy, batchSize });
+
+      expect(await eventRows(bulkPath.pool)).toEqual(await eventRows(relayPath.pool));
+      expect(await tagRows(bulkPath.pool)).toEqual(await tagRows(relayPath.pool));
+      expect(result).toMatchObject({ ...expected, invalid: 0 });
+      const vanished = await relayPath.pool.query<{ n: number }>('SELECT count(*)::int AS n FROM vanished');
+      expect(vanished.rows[0].n).toBeGreaterThan(0);
+    });
+  }
+
+  it("writes a chunk of an author's events without waiting for another chunk of that author's events to commit", async () => {
+    await reset();
+    const author = AUTHORS[0];
+    const notes = [1, 2, 3].map((i) => unsignedEvent({ pubkey: author, kind: 1, created_at: T0 + i, content: `note ${i}` }));
+    const other = await chunkInFlight(bulkPath.pool, author);
+    try {
+      const writer = new BulkWriter(bulkPath.pool, await bulkOptions(bulkPath.pool));
+      const written = writer.write(notes.map(prepareEvent));
+      expect(await untilALockIsAwaited(bulkPath.pool, written)).toBe('settled');
+      expect((await written).results).toEqual(notes.map(() => ({ status: 'stored' })));
+    } finally {
+      await other.query('ROLLBACK');
+      other.release();
+    }
+  });
+
+  it("waits with a request to vanish until another chunk of its author's events has committed, then deletes them", async () => {
+    await reset();
+    const author = AUTHORS[1];
+    const note = unsignedEvent({ pubkey: author, kind: 1, created_at: T0, content: 'written by the other chunk' });
+    const request = unsignedEvent({ pubkey: author, kind: 62, created_at: T0 + 10, tags: [['relay', 'ALL_RELAYS']] });
+    const other = await chunkInFlight(bulkPath.pool, author);
+    try {
+      const rows = new EventRows();
+      rows.add(prepareEvent(note));
+      await copyRows(other, rows.finish(), await bulkOptions(bulkPath.pool));
+      const writer = new BulkWriter(bulkPath.pool, await bulkOptions(bulkPath.pool));
+      const written = writer.write([prepareEvent(request)]);
+      expect(await untilALockIsAwaited(bulkPath.pool, written)).toBe('waiting');
+      await other.query('COMMIT');
+      expect((await written).results).toEqual([{ status: 'stored' }]);
+    } finally {
+      await other.query('ROLLBACK').catch(() => undefined);
+      other.release();
+    }
+    const { rows } = await bulkPath.pool.query<{ kind: number }>('SELECT kind FROM events WHERE pubkey = $1', [Buffer.from(author, 'hex')]);
+    expect(rows).toEqual([{ kind: 62 }]);
+  });
 
   it('writes the same rows for a role that may not skip the foreign-key check', async () => {
     await reset();

@@ -172,6 +172,30 @@ describe('import', () => {
     }
   });
 
+  it('reads lines cut anywhere between chunks (inside a character too), ending in \\n or \\r\\n or, for the last, in nothing', async () => {
+    const target = await openTestStore();
+    try {
+      const events = corpus.slice(0, 4); // the first has a four-byte character and escapes in its content
+      const text = `${JSON.stringify(events[0])}\r\n${JSON.stringify(events[1])}\n\r\nnot json\n${JSON.stringify(events[2])}\r\n${JSON.stringify(events[3])}`;
+      const bytes = Buffer.from(text);
+      // Cut inside the emoji, between the first \r and its \n, and just after it; the rest of the
+      // text (several lines) comes as one chunk.
+      const emoji = bytes.indexOf('🎉');
+      const crlf = bytes.indexOf('\r\n');
+      const cuts = [0, emoji + 2, crlf + 1, crlf + 2, bytes.length];
+      const chunks = cuts.slice(1).map((end, i) => bytes.subarray(cuts[i], end));
+      expect(emoji).toBeGreaterThan(0);
+      expect(emoji + 2).toBeLessThan(crlf);
+      const refused: Array<[number, string]> = [];
+      const result = await importJsonl(target.pool, Readable.from(chunks), { policy, verifier, onRefused: (line, reason) => refused.push([line, reason]) });
+      expect(result).toMatchObject({ lines: 5, accepted: 4, invalid: 1 });
+      expect(refused).toEqual([[4, 'invalid: not valid JSON']]);
+      expect(await storedRaw(target.pool)).toEqual(events.map(canonicalEventJson).sort());
+    } finally {
+      await target.close();
+    }
+  });
+
   it('without a verifier still refuses a wrong id, and trusts signatures', async () => {
     const target = await openTestStore();
     try {
