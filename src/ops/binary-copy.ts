@@ -5,20 +5,18 @@
 // with a million events in flight, strings and row objects that outlive a batch were most of the
 // import's garbage-collection time.
 
+import { BinaryFields } from '../store/binary-array.js';
+
 const SIGNATURE = Buffer.from('PGCOPY\n\xff\r\n\0', 'latin1');
 /** Signature, flags (none), header extension length (none). */
 const HEADER = Buffer.concat([SIGNATURE, Buffer.alloc(8)]);
 const TWO_32 = 2 ** 32;
 
 /** Builds the data of one `COPY … FROM STDIN (FORMAT binary)`: call row() then the field writers. */
-export class BinaryCopyWriter {
-  private buf: Buffer;
-  private at = 0;
-
+export class BinaryCopyWriter extends BinaryFields {
   constructor(sizeHint = 1 << 16) {
-    this.buf = Buffer.allocUnsafe(Math.max(sizeHint, 64));
+    super(sizeHint, HEADER.length);
     HEADER.copy(this.buf);
-    this.at = HEADER.length;
   }
 
   row(fields: number): this {
@@ -27,70 +25,11 @@ export class BinaryCopyWriter {
     return this;
   }
 
-  /** A bytea field from hex (lowercase or uppercase; anything else ends it). */
-  hex(value: string): this {
-    this.room(4 + (value.length >>> 1));
-    const length = this.buf.write(value, this.at + 4, 'hex');
-    this.buf.writeInt32BE(length, this.at);
-    this.at += 4 + length;
-    return this;
-  }
-
-  /** A bytea field. */
-  bytes(value: Uint8Array): this {
-    this.room(4 + value.length);
-    this.at = this.buf.writeInt32BE(value.length, this.at);
-    this.buf.set(value, this.at);
-    this.at += value.length;
-    return this;
-  }
-
-  int4(value: number): this {
-    this.room(8);
-    this.at = this.buf.writeInt32BE(4, this.at);
-    this.at = this.buf.writeInt32BE(value, this.at);
-    return this;
-  }
-
-  /** An int8 field from a safe integer, or NULL. */
-  int8(value: number | null): this {
-    if (value === null) return this.null();
-    this.room(12);
-    const high = Math.floor(value / TWO_32);
-    this.at = this.buf.writeInt32BE(8, this.at);
-    this.at = this.buf.writeInt32BE(high, this.at);
-    this.at = this.buf.writeUInt32BE(value - high * TWO_32, this.at);
-    return this;
-  }
-
-  /** A text field (UTF-8), or NULL. */
-  text(value: string | null): this {
-    if (value === null) return this.null();
-    this.room(4 + value.length * 3); // at most 3 bytes per UTF-16 unit
-    const length = this.buf.write(value, this.at + 4, 'utf8');
-    this.buf.writeInt32BE(length, this.at);
-    this.at += 4 + length;
-    return this;
-  }
-
-  null(): this {
-    this.room(4);
-    this.at = this.buf.writeInt32BE(-1, this.at);
-    return this;
-  }
-
   /** The data, trailer included; the writer is not to be used again. */
   finish(): Buffer {
     this.room(2);
     this.at = this.buf.writeInt16BE(-1, this.at);
     return this.buf.subarray(0, this.at);
-  }
-
-  private room(bytes: number): void {
-    if (this.at + bytes <= this.buf.length) return;
-    const bigger = Buffer.allocUnsafe(Math.max(this.buf.length * 2, this.at + bytes));
-    this.buf.copy(bigger, 0, 0, this.at);
-    this.buf = bigger;
   }
 }
 

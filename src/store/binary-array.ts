@@ -10,20 +10,23 @@ export const OID = { bytea: 17, int8: 20, int4: 23, text: 25, tsvector: 3614 } a
 
 const TWO_32 = 2 ** 32;
 
-export class BinaryArray {
-  private buf: Buffer;
-  private at = 20;
-  private count = 0;
-  private nulls = false;
+/**
+ * Fields of PostgreSQL's binary formats, each a 32-bit length (-1 for NULL) and its bytes, written
+ * into a growing Buffer from `start` on: the elements of a binary array here, the fields of a binary
+ * COPY's rows in ops/binary-copy.ts. `fields` counts them.
+ */
+export class BinaryFields {
+  protected buf: Buffer;
+  protected at: number;
+  protected fields = 0;
+  protected nulls = false;
 
-  constructor(
-    private readonly oid: number,
-    sizeHint = 1024,
-  ) {
-    this.buf = Buffer.allocUnsafe(Math.max(sizeHint, 64));
+  constructor(sizeHint: number, start: number) {
+    this.buf = Buffer.allocUnsafe(Math.max(sizeHint, start + 64));
+    this.at = start;
   }
 
-  private room(bytes: number): void {
+  protected room(bytes: number): void {
     if (this.at + bytes <= this.buf.length) return;
     const bigger = Buffer.allocUnsafe(Math.max(this.buf.length * 2, this.at + bytes));
     this.buf.copy(bigger, 0, 0, this.at);
@@ -34,40 +37,39 @@ export class BinaryArray {
     this.room(4);
     this.at = this.buf.writeInt32BE(-1, this.at);
     this.nulls = true;
-    this.count++;
+    this.fields++;
     return this;
   }
 
-  /** A text element (UTF-8), or NULL. */
+  /** A text field (UTF-8), or NULL. */
   text(value: string | null): this {
     if (value === null) return this.null();
-    const max = value.length * 3;
-    this.room(4 + max);
+    this.room(4 + value.length * 3); // at most 3 bytes per UTF-16 unit
     const length = this.buf.write(value, this.at + 4, 'utf8');
     this.buf.writeInt32BE(length, this.at);
     this.at += 4 + length;
-    this.count++;
+    this.fields++;
     return this;
   }
 
-  /** A bytea element from lowercase hex. */
+  /** A bytea field from hex (lowercase or uppercase; anything else ends it). */
   hex(value: string): this {
     this.room(4 + (value.length >>> 1));
     const length = this.buf.write(value, this.at + 4, 'hex');
     this.buf.writeInt32BE(length, this.at);
     this.at += 4 + length;
-    this.count++;
+    this.fields++;
     return this;
   }
 
-  /** A bytea (or any binary-format) element, or NULL. */
+  /** A bytea (or any binary-format) field, or NULL. */
   bytes(value: Uint8Array | null): this {
     if (value === null) return this.null();
     this.room(4 + value.length);
     this.at = this.buf.writeInt32BE(value.length, this.at);
     this.buf.set(value, this.at);
     this.at += value.length;
-    this.count++;
+    this.fields++;
     return this;
   }
 
@@ -75,24 +77,35 @@ export class BinaryArray {
     this.room(8);
     this.at = this.buf.writeInt32BE(4, this.at);
     this.at = this.buf.writeInt32BE(value, this.at);
-    this.count++;
+    this.fields++;
     return this;
   }
 
-  /** An int8 element from a safe integer, or NULL. */
+  /** An int8 field from a safe integer, or NULL. */
   int8(value: number | null): this {
     if (value === null) return this.null();
     this.room(12);
+    const high = Math.floor(value / TWO_32);
     this.at = this.buf.writeInt32BE(8, this.at);
-    this.at = this.buf.writeInt32BE(Math.floor(value / TWO_32), this.at);
-    this.at = this.buf.writeUInt32BE(value >>> 0, this.at);
-    this.count++;
+    this.at = this.buf.writeInt32BE(high, this.at);
+    this.at = this.buf.writeUInt32BE(value - high * TWO_32, this.at);
+    this.fields++;
     return this;
+  }
+}
+
+/** A one-dimensional array parameter of element type `oid`: its elements, then done(). */
+export class BinaryArray extends BinaryFields {
+  constructor(
+    private readonly oid: number,
+    sizeHint = 1024,
+  ) {
+    super(sizeHint, 20);
   }
 
   /** The parameter: the header written in front of the elements. */
   done(): Buffer {
-    if (this.count === 0) {
+    if (this.fields === 0) {
       // No dimensions at all: PostgreSQL's empty array.
       const empty = Buffer.alloc(12);
       empty.writeInt32BE(this.oid, 8);
@@ -101,7 +114,7 @@ export class BinaryArray {
     this.buf.writeInt32BE(1, 0);
     this.buf.writeInt32BE(this.nulls ? 1 : 0, 4);
     this.buf.writeInt32BE(this.oid, 8);
-    this.buf.writeInt32BE(this.count, 12);
+    this.buf.writeInt32BE(this.fields, 12);
     this.buf.writeInt32BE(1, 16);
     return this.buf.subarray(0, this.at);
   }
