@@ -184,7 +184,7 @@ describe('claiming a snapshot', () => {
     at('unrelated.snapshot', 4_000);
     const first = claimSnapshot(dir);
     expect(first).toBe(join(dir, `hot-tier.${process.pid}.loading`));
-    expect(readdirSync(dir).sort()).toEqual(['hot-tier.11.snapshot', `hot-tier.${process.pid}.loading`, 'unrelated.snapshot']);
+    expect(readdirSync(dir).sort()).toEqual(['hot-tier.11.snapshot', `hot-tier.${process.pid}.loading`, 'unrelated.snapshot'].sort()); // the pid's digits decide the order
     rmSync(first!);
     expect(claimSnapshot(dir)).toBe(first); // the older one next
     rmSync(first!);
