@@ -140,6 +140,17 @@ function verificationsPerSecond(events: NostrEvent[]): number {
   return Math.round(sample.length / ((performance.now() - started) / 1000));
 }
 
+/**
+ * How long the relay's writer spent in write transactions and in how many (its /metrics): the writer
+ * runs WRITE_CONCURRENCY transactions at a time, so a busy time near the catch-up's own is its bound.
+ */
+async function writerBusy(url: string): Promise<string> {
+  const text = await (await fetch(`${url.replace(/^ws/, 'http').replace(/\/$/, '')}/metrics`)).text();
+  const value = (name: string) => Number(new RegExp(`^${name} (\\S+)$`, 'm').exec(text)?.[1] ?? NaN);
+  const transactions = value('pgrelay_write_batch_seconds_count');
+  return `writer in a transaction ${value('pgrelay_write_batch_seconds_sum').toFixed(1)} s, ${fmt(transactions)} of ${fmt(value('pgrelay_write_batch_events_sum') / transactions)} events`;
+}
+
 interface Row {
   part: string;
   events: number;
@@ -230,11 +241,12 @@ try {
     const started = performance.now();
     const stored = await untilHolds(local.db.pool, missedCount, 1_800_000, cpu.trackers);
     const caught = local.process.logs.find((l) => l.msg === 'router: caught up' && l.direction === 'down');
+    const writer = await writerBusy(local.process.url);
     rows.push({
       part: part === 'catchup' ? 'catch-up (negentropy)' : 'catch-up (REQ since)',
       events: missedCount,
       seconds: secs(stored - started),
-      note: `relay start ${secs(started - t0).toFixed(1)} s not counted; method ${String(caught?.method ?? '?')}`,
+      note: `relay start ${secs(started - t0).toFixed(1)} s not counted; method ${String(caught?.method ?? '?')}; ${writer}`,
       load,
       cpu: cpu.report(),
     });
