@@ -329,6 +329,18 @@ const console_ = section("The operator's console", 'The NIP-86 management API, `
   STATUS_PAGE: documented(bool.default(true), "Serve the live status page to browsers that open the relay's URL (Nostr clients still get NIP-11).", { example: 'false' }),
 });
 
+const reports = section(
+  'Reports and the moderation queue',
+  'NIP-56 reports from trusted reporters (ADMIN_PUBKEYS, the allowed pubkeys, members of the web of trust when it is on) put what they name in a queue for an admin: docs/moderation.md.',
+  {
+    REPORTS_HIDE_AT: documented(
+      int(0, 10_000).default(0),
+      "An event reported by this many distinct trusted reporters is withheld from REQ and COUNT answers and from live delivery, in every relay process within a second, until an admin decides (NIP-86 `allowevent` shows it again, `banevent` removes it). 0 withholds nothing: reports only queue.",
+      { unit: 'reporters', example: '3' },
+    ),
+  },
+);
+
 const scaleOut = section('Scale-out', 'docs/scaling.md.', {
   WORKERS: documented(
     z.union([z.literal('auto'), int(1, 256)]).default(1),
@@ -363,7 +375,7 @@ const hotTier = section('Hot tier', 'The newest events in memory, with the index
 });
 
 /** Every variable, in the order the manual lists them. */
-export const configSections: ConfigSection[] = [server, database, backups, nip11, limits, negentropy, webhooks, ingest, plugins, maintenance, internet, console_, scaleOut, hotTier];
+export const configSections: ConfigSection[] = [server, database, backups, nip11, limits, negentropy, webhooks, ingest, plugins, maintenance, internet, console_, reports, scaleOut, hotTier];
 
 export const configSchema = z.object({
   ...server.fields,
@@ -378,6 +390,7 @@ export const configSchema = z.object({
   ...maintenance.fields,
   ...internet.fields,
   ...console_.fields,
+  ...reports.fields,
   ...scaleOut.fields,
   ...hotTier.fields,
 });

@@ -193,6 +193,16 @@
       show('db-events', 'not measured yet', null);
     }
 
+    // Reported events and pubkeys awaiting an admin (NIP-56 reports from trusted reporters).
+    var queue = s.moderationQueue;
+    if (queue && isNumber(queue.events) && isNumber(queue.pubkeys)) {
+      show('queue-total', fmtCount(queue.events + queue.pubkeys), queue.events + queue.pubkeys);
+      show('queue-detail', fmtCount(queue.events) + (queue.events === 1 ? ' event, ' : ' events, ') + fmtCount(queue.pubkeys) + (queue.pubkeys === 1 ? ' pubkey' : ' pubkeys'), null);
+    } else {
+      show('queue-total', '–', null);
+      show('queue-detail', 'awaiting review', null);
+    }
+
     var latency = s.latency || {};
     renderLatency('latency-req', latency.req);
     renderLatency('latency-ok', latency.ok);

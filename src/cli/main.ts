@@ -29,6 +29,7 @@ const commands: Listed[] = [
   { name: 'allow', summary: 'add a pubkey or a kind to an allow list (a private relay; NIP-86 allowpubkey, allowkind)', load: async () => (await import('./commands/moderation.js')).allowCommand },
   { name: 'disallow', summary: 'remove a pubkey or a kind from its allow list (NIP-86 unallowpubkey, disallowkind)', load: async () => (await import('./commands/moderation.js')).disallowCommand },
   { name: 'list', summary: 'show the bans and allow lists', load: async () => (await import('./commands/moderation.js')).listCommand },
+  { name: 'moderation', summary: 'the queue of reported events and pubkeys (NIP-56 reports): list it, keep an entry (NIP-86 allowevent)', load: async () => (await import('./commands/moderation.js')).moderationCommand },
   { name: 'webhook', summary: 'add, list, pause, remove webhook endpoints; inspect, replay and redeliver their queues', load: async () => (await import('./commands/webhook.js')).webhookCommand },
 ];
 

@@ -22,3 +22,4 @@ export const KIND_GENERIC_REPOST = 16; // NIP-18
 export const KIND_VANISH = 62; // NIP-62 request to vanish: a kind 5 never deletes it
 export const KIND_GIFT_WRAP = 1059; // NIP-59: signed by a throwaway key, addressed by its `p` tag
 export const KIND_AUTH = 22242; // NIP-42: never stored nor broadcast
+export const KIND_REPORT = 1984; // NIP-56: a report from a trusted reporter feeds the moderation queue (store/reports.ts)

@@ -433,7 +433,10 @@ export class Connection {
     let answered: Answered;
     try {
       // The hot tier answers what lies inside its window; the database the rest (store/hot/read.ts).
-      answered = await streamStored(this.ctx.tier, () => this.readPool(), filters, nowSeconds(), async (rows, last) => {
+      answered = await streamStored(this.ctx.tier, () => this.readPool(), filters, nowSeconds(), async (found, last) => {
+        // REPORTS_HIDE_AT: events awaiting an admin's decision leave no answer, from memory or not.
+        const withheld = this.ctx.reports.withheld;
+        const rows = withheld ? found.filter((r) => !withheld.has(r.id)) : found;
         // The whole answer in one call (from memory, or memory and PostgreSQL merged): EOSE leaves
         // in the same write as its last events, one system call (and one wake-up of the client)
         // fewer per REQ.
@@ -476,6 +479,15 @@ export class Connection {
     return countWithHll(await this.readPool(), filters, now, hllOffset);
   }
 
+  /**
+   * REPORTS_HIDE_AT: how many of the events the filters match are withheld (the same filters, narrowed
+   * to those ids), to take off a COUNT. The HLL sketch is left as it is: an estimate either way.
+   */
+  private async countWithheld(filters: Filter[], now: number, withheld: ReadonlySet<string>): Promise<number> {
+    const narrowed = filters.map((f) => ({ ...f, ids: (f.ids ?? [...withheld]).filter((id) => withheld.has(id)) }));
+    return (await this.ctx.tier?.count(narrowed, now)) ?? (await this.countInDatabase(narrowed, now, undefined)).count;
+  }
+
   /** NIP-45: one count for the union of the filters; no subscription is kept. */
   private async onCount(subId: string, inputs: unknown[]): Promise<void> {
     this.preparing.delete(subId);
@@ -488,7 +500,8 @@ export class Connection {
       // Plain counts inside the hot tier's window from memory; NIP-45 HLL sketches from SQL.
       const memory = hllOffset === undefined ? await this.ctx.tier?.count(filters, now) : undefined;
       const { count, hll } = memory !== undefined ? { count: memory, hll: undefined } : await this.countInDatabase(filters, now, hllOffset);
-      this.send(countMessage(subId, count, hll));
+      const withheld = this.ctx.reports.withheld;
+      this.send(countMessage(subId, withheld ? count - (await this.countWithheld(filters, now, withheld)) : count, hll));
       this.ctx.metrics.countAnswered(performance.now() - started);
     } catch (err) {
       this.send(closedMessage(subId, queryFailure(err, 'count').reason));

@@ -9,6 +9,7 @@ import type { WritePlugin } from '../policy/write-plugin.js';
 import type { ChangeStream } from '../store/changes.js';
 import type { ChangeFeed } from '../store/feed.js';
 import type { HotTierService } from '../store/hot/service.js';
+import type { ReportQueue } from '../store/reports.js';
 import type { ReadRouter } from '../store/replicas.js';
 import type { EventWriter } from '../store/writer.js';
 import type { RelayMetrics } from './metrics.js';
@@ -40,6 +41,8 @@ export interface RelayContext {
   reads: ReadRouter;
   /** The newest events in memory (HOT_TIER_MB; store/hot): answers REQs inside its window. */
   tier: HotTierService | undefined;
+  /** NIP-56 reports' moderation queue: the events REPORTS_HIDE_AT withholds from every answer. */
+  reports: ReportQueue;
   metrics: RelayMetrics;
   /** The operator's write-policy plugin (WRITE_POLICY_PLUGIN): one child per process, asked by admission. */
   writePlugin: WritePlugin | undefined;

@@ -12,11 +12,15 @@ function broadcast(subscriptions: SubscriptionIndex, p: PreparedEvent): number {
   return subscribers.size;
 }
 
-/** Delivers a change to the live subscriptions; returns the number of EVENT messages sent. */
-export function fanOut(subscriptions: SubscriptionIndex, change: Change): number {
+/**
+ * Delivers a change to the live subscriptions; returns the number of EVENT messages sent. `withheld`:
+ * stored events held back from everyone (REPORTS_HIDE_AT, store/reports.ts), read at each change.
+ */
+export function fanOut(subscriptions: SubscriptionIndex, change: Change, withheld?: () => ReadonlySet<string> | undefined): number {
   if (change.type === 'ephemeral') return broadcast(subscriptions, change.event);
   if (change.type === 'removed') return 0; // NIP-01 has no way to take back a sent event
+  const held = withheld?.();
   let delivered = 0;
-  for (const p of change.events) delivered += broadcast(subscriptions, p);
+  for (const p of change.events) if (!held?.has(p.event.id)) delivered += broadcast(subscriptions, p);
   return delivered;
 }

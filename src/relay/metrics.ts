@@ -64,6 +64,8 @@ export interface GaugeSources {
   hotTier(): { events: number; bytes: number; windowStart: number; replaceableComplete: boolean } | undefined;
   /** The write-policy plugin (WRITE_POLICY_PLUGIN), when configured. */
   writePlugin?(): WritePluginState;
+  /** NIP-56 reports' moderation queue (store/reports.ts): entries awaiting an admin, events withheld. */
+  moderationQueue?(): { events: number; pubkeys: number; withheld: number };
   /** The database as this process sees it (docs/ha.md). */
   database?(): DatabaseState;
   /** WAL archiving as pg_stat_archiver reports it (undefined when archive_mode is off). */
@@ -259,6 +261,21 @@ export class RelayMetrics {
           if (seconds !== null) this.set(seconds ?? Infinity);
         },
       });
+    }
+    if (sources.moderationQueue) {
+      const queue = sources.moderationQueue;
+      new Gauge({
+        name: 'pgrelay_moderation_queue_entries',
+        help: "Reported events (stored here) and pubkeys awaiting an admin's decision: NIP-56 reports from trusted reporters",
+        labelNames: ['target'],
+        registers,
+        collect() {
+          const { events, pubkeys } = queue();
+          this.set({ target: 'event' }, events);
+          this.set({ target: 'pubkey' }, pubkeys);
+        },
+      });
+      gauge('pgrelay_moderation_withheld_events', 'Events withheld from answers and live delivery until an admin decides (REPORTS_HIDE_AT)', () => queue().withheld);
     }
     gauge('pgrelay_db_pool_connections', 'Connections in the database pool', () => sources.pool().total);
     gauge('pgrelay_db_pool_idle', 'Idle connections in the database pool', () => sources.pool().idle);

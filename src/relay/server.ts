@@ -20,6 +20,8 @@ import { createPool } from '../store/database.js';
 import { backupHealthSources } from '../store/backups.js';
 import { hotTierBytes } from '../store/hot/budget.js';
 import { HotTierService } from '../store/hot/service.js';
+import { ReportQueue } from '../store/reports.js';
+import { trustedReporter } from '../policy/reports.js';
 import type { SnapshotLoad } from '../store/hot/snapshot-load.js';
 import { ReadRouter } from '../store/replicas.js';
 import { signatureBackend } from '../nostr/schnorr.js';
@@ -111,7 +113,14 @@ export interface PrimaryDatabase {
   embedded?: { restarts(): number };
 }
 
-export async function startRelay(config: Config, db: PrimaryDatabase, log: Logger, options: { snapshot?: SnapshotLoad } = {}): Promise<RelayServer> {
+export interface RelayOptions {
+  /** The hot tier's snapshot, being read back (store/hot/snapshot-load.ts). */
+  snapshot?: SnapshotLoad;
+  /** Membership of the web of trust, when it is on: its members' NIP-56 reports count (policy/reports.ts). */
+  inWeb?: (pubkey: string) => boolean;
+}
+
+export async function startRelay(config: Config, db: PrimaryDatabase, log: Logger, options: RelayOptions = {}): Promise<RelayServer> {
   const { pool } = db;
   // First, before anything starts that would need stopping: unusable TLS files end the start here.
   const router = new HttpRouter(log);
@@ -122,6 +131,7 @@ export async function startRelay(config: Config, db: PrimaryDatabase, log: Logge
   let webhookQueue: QueueSample = { queued: 0, dead: 0, oldestSeconds: 0 };
   // The write side (admission/write-side.ts) reports to the metrics, which read it back when scraped.
   let side: WriteSide | undefined;
+  let reports: ReportQueue | undefined;
   const pluginState = config.WRITE_POLICY_PLUGIN ? () => side!.plugin!.state() : undefined;
   const metrics = new RelayMetrics({
     connections: () => connections.size,
@@ -133,6 +143,7 @@ export async function startRelay(config: Config, db: PrimaryDatabase, log: Logge
     pool: () => ({ total: pool.totalCount, idle: pool.idleCount, waiting: pool.waitingCount }),
     hotTier: () => tier?.current,
     writePlugin: pluginState,
+    moderationQueue: () => ({ ...(reports?.size ?? { events: 0, pubkeys: 0 }), withheld: reports?.withheld?.size ?? 0 }),
     database: () => ({
       reachable: side?.feed.reachable ?? true,
       server: db.finder?.serving,
@@ -154,6 +165,14 @@ export async function startRelay(config: Config, db: PrimaryDatabase, log: Logge
   });
   const { moderation, policy, changes, feed, writer, verifier, plugin: writePlugin } = side;
   const { limits } = policy;
+  // NIP-56 reports from trusted reporters feed the moderation queue; REPORTS_HIDE_AT withholds the
+  // most reported events (store/reports.ts). Started before the relay listens, so it withholds at once.
+  reports = await new ReportQueue(pool, log, {
+    trusted: trustedReporter({ admins: config.ADMIN_PUBKEYS, moderation, inWeb: options.inWeb }),
+    hideAt: config.REPORTS_HIDE_AT > 0 ? config.REPORTS_HIDE_AT : undefined,
+  }).start(changes);
+  moderation.onChange(() => void reports?.refresh());
+  const withheld = config.REPORTS_HIDE_AT > 0 ? () => reports?.withheld : undefined;
   // The newest events in memory, kept current from the change stream (store/hot/service.ts).
   const tier = tierBytes > 0 ? new HotTierService(pool, changes, feed, log, tierBytes, undefined, undefined, config.HOT_TIER_SNAPSHOT ? config.DATA_DIR : undefined).start(options.snapshot) : undefined;
   const reads = await new ReadRouter(
@@ -179,6 +198,7 @@ export async function startRelay(config: Config, db: PrimaryDatabase, log: Logge
     feed,
     reads,
     tier,
+    reports,
     metrics,
     negentropy,
     writePlugin,
@@ -186,7 +206,7 @@ export async function startRelay(config: Config, db: PrimaryDatabase, log: Logge
     closing: false,
   };
   // Everything downstream of a commit listens to the change stream.
-  changes.subscribe((change) => metrics.sent('live', fanOut(subscriptions, change)));
+  changes.subscribe((change) => metrics.sent('live', fanOut(subscriptions, change, withheld)));
   changes.subscribe((change) => {
     if (change.type === 'removed') return;
     if (change.source === 'remote') metrics.remote(change.type, change.type === 'stored' ? change.events.length : 1);
@@ -213,6 +233,7 @@ export async function startRelay(config: Config, db: PrimaryDatabase, log: Logge
         connections: () => connections.size,
         subscriptions: () => subscriptions.size,
         writePlugin: pluginState,
+        moderationQueue: () => reports!.size,
       }).start()
     : undefined;
   router.add(
@@ -227,7 +248,10 @@ export async function startRelay(config: Config, db: PrimaryDatabase, log: Logge
           const identity = relayOf(req, config.RELAY_URL);
           return identity === undefined ? undefined : identity + new URL(req.url ?? '/', 'http://x').search;
         },
-        changed: () => moderation.reload(),
+        changed: async () => {
+          await moderation.reload();
+          await reports!.refresh();
+        },
       }),
     }),
   );
@@ -351,6 +375,7 @@ export async function startRelay(config: Config, db: PrimaryDatabase, log: Logge
     // Events awaiting the plugin are answered error: now (and get that OK before their sockets close).
     const pluginClosed = writePlugin?.close();
     moderation.stop();
+    reports?.stop();
     status?.stop();
     heartbeat.stop();
     clearInterval(sweep);

@@ -28,6 +28,8 @@ export interface StatusSources {
   relayUrl?: string;
   /** The write-policy plugin, when one is configured (the page shows its state only then). */
   writePlugin?(): WritePluginState;
+  /** Entries of the moderation queue (store/reports.ts): reported events and pubkeys awaiting an admin. */
+  moderationQueue?(): { events: number; pubkeys: number };
 }
 
 export class StatusSampler {
@@ -110,6 +112,7 @@ export class StatusSampler {
       totals: { ...metrics.totals },
       database: this.database,
       ...(this.s.writePlugin && { writePlugin: this.s.writePlugin() }),
+      ...(this.s.moderationQueue && { moderationQueue: this.s.moderationQueue() }),
     };
   }
 

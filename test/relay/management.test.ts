@@ -47,6 +47,7 @@ describe('NIP-86 methods', () => {
         'banevent', 'allowevent', 'listbannedevents', 'listeventsneedingmoderation', 'allowkind', 'disallowkind', 'listallowedkinds',
         'blockip', 'unblockip', 'listblockedips', 'changerelayname', 'changerelaydescription', 'changerelayicon',
         'listwebhooks', 'addwebhook', 'pausewebhook', 'resumewebhook', 'removewebhook',
+        'listpubkeysneedingmoderation', 'dismisspubkeyreports',
       ]),
     );
   });
@@ -96,7 +97,7 @@ describe('NIP-86 methods', () => {
     expect(await c.fetch('back', { ids: [note.id] })).toEqual([note]);
   });
 
-  it('listeventsneedingmoderation is empty: nothing is held back for review', async () => {
+  it('listeventsneedingmoderation is empty while no trusted reporter has reported anything (test/relay/reports.test.ts)', async () => {
     expect(await ok('listeventsneedingmoderation')).toEqual([]);
   });
 

@@ -2,7 +2,7 @@
 import { parseConfig, type Config } from '../../src/config.js';
 import { createLogger } from '../../src/log.js';
 import { openDatabase, type Database } from '../../src/store/database.js';
-import { startRelay, type RelayServer } from '../../src/relay/server.js';
+import { startRelay, type RelayOptions, type RelayServer } from '../../src/relay/server.js';
 import { createTestDatabase } from './database.js';
 
 export interface TestRelay {
@@ -24,13 +24,16 @@ const NO_RATE_LIMITS = {
   MAX_CONNECTIONS_PER_ADDRESS: '0',
 };
 
-/** `databaseUrl`: share another test relay's database (several relay processes on one database). */
-export async function startTestRelay(env: Record<string, string> = {}, databaseUrl?: string): Promise<TestRelay> {
+/**
+ * `databaseUrl`: share another test relay's database (several relay processes on one database).
+ * `options`: what startRelay takes besides the configuration (a stand-in web of trust, say).
+ */
+export async function startTestRelay(env: Record<string, string> = {}, databaseUrl?: string, options: RelayOptions = {}): Promise<TestRelay> {
   databaseUrl ??= await createTestDatabase();
   const config = parseConfig({ PORT: '0', HOST: '127.0.0.1', LOG_LEVEL: process.env.TEST_LOG_LEVEL ?? 'silent', ...NO_RATE_LIMITS, HOT_TIER_SNAPSHOT: 'false', ...env, DATABASE_URL: databaseUrl });
   const log = createLogger(config.LOG_LEVEL);
   const db = await openDatabase(config, log);
-  const relay = await startRelay(config, db, log);
+  const relay = await startRelay(config, db, log, options);
   return {
     url: relay.url,
     config,

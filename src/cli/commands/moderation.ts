@@ -1,9 +1,11 @@
 // ban / unban / allow / disallow / list: the NIP-86 management actions for an operator on the
 // machine, without a signing key (store/moderation.ts: the very same actions the API runs). Every
-// relay process on the database applies a change within a second.
+// relay process on the database applies a change within a second. moderation: the queue NIP-56
+// reports feed (store/reports.ts), and the decisions that clear it.
 import { isAddressOrCidr } from '../../config.js';
 import { eventIdFromText, pubkeyFromText } from '../../nostr/nip19.js';
 import * as moderation from '../../store/moderation.js';
+import * as reports from '../../store/reports.js';
 import type { Command } from '../command.js';
 import { formatCount, openStore, parseOptions, UsageError } from './shared.js';
 
@@ -179,6 +181,61 @@ Without a list name, every list. One entry per line, with its reason.`,
           console.log(`${name} (${entries.length})`);
           for (const e of entries) console.log(typeof e === 'number' ? `  ${e}` : `  ${e.key}${e.reason ? `  ${e.reason}` : ''}`);
         }
+      return 0;
+    } finally {
+      await db.close();
+    }
+  },
+};
+
+export const moderationCommand: Command = {
+  name: 'moderation',
+  help: `usage: npm run cli -- moderation queue [--json]
+       npm run cli -- moderation allow <event id>
+       npm run cli -- moderation dismiss <pubkey>
+
+queue    what NIP-56 reports from trusted reporters (ADMIN_PUBKEYS, the allowed pubkeys, the web of
+         trust when it is on) have put before an admin: reported events stored here, then reported
+         pubkeys, each with the reporters, the report types and when it was first reported.
+allow    keeps a reported event (NIP-86 allowevent): its entry is cleared, a ban on it lifted, and
+         an event withheld by REPORTS_HIDE_AT is served again. <event id> is ${ID_INPUT}.
+dismiss  keeps a reported pubkey (dismisspubkeyreports): its entry is cleared. <pubkey> is
+         ${KEY_INPUT}.
+
+To remove instead: ban event <id> (deleted, refused if sent again) or ban pubkey <pubkey>; either
+clears the entry. Those already counted cannot bring a kept event or pubkey back; a trusted reporter
+new to it can. ${FOOTER.replace(/\n/g, ' ')}`,
+  async run(args, { config, log }) {
+    const { values, positionals } = parseOptions(args, { json: { type: 'boolean', default: false } }, true);
+    const [action, value, extra] = positionals;
+    const arity = action === 'queue' ? 1 : 2;
+    if (!['queue', 'allow', 'dismiss'].includes(action ?? '') || positionals.length !== arity || extra !== undefined)
+      throw new UsageError('usage: moderation queue [--json] | moderation allow <event id> | moderation dismiss <pubkey>');
+    const db = await openStore(config, log);
+    try {
+      if (action === 'allow') {
+        const id = eventArg(value);
+        const cleared = await reports.keepEvent(db.pool, id);
+        console.log(cleared ? `kept event ${id}: its reports are cleared` : `event ${id} was not in the queue (a ban on it is lifted)`);
+        return 0;
+      }
+      if (action === 'dismiss') {
+        const pk = pubkeyArg(value);
+        const cleared = await reports.clearReports(db.pool, 'pubkey', pk);
+        console.log(cleared ? `kept pubkey ${pk}: its reports are cleared` : `pubkey ${pk} was not in the queue`);
+        return 0;
+      }
+      const queue = await reports.listQueue(db.pool);
+      if (values.json) {
+        const entries = queue.map((e) => ({ target: e.target, id: e.id, reason: e.reason, reporters: e.reporters, first_reported: e.firstReported.toISOString() }));
+        console.log(JSON.stringify(entries, null, 2));
+        return 0;
+      }
+      for (const target of ['event', 'pubkey'] as const) {
+        const entries = queue.filter((e) => e.target === target);
+        console.log(`${target === 'event' ? 'events' : 'pubkeys'} needing moderation (${entries.length})`);
+        for (const e of entries) console.log(`  ${e.id}  first reported ${e.firstReported.toISOString()}  ${e.reason}`);
+      }
       return 0;
     } finally {
       await db.close();

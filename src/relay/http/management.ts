@@ -10,6 +10,7 @@ import type { Logger } from '../../log.js';
 import { eventIdFromText, pubkeyFromText } from '../../nostr/nip19.js';
 import { checkHttpAuth } from '../../policy/http-auth.js';
 import * as moderation from '../../store/moderation.js';
+import * as reports from '../../store/reports.js';
 import * as webhooks from '../../store/webhook-endpoints.js';
 
 export const RPC_CONTENT_TYPE = 'application/nostr+json+rpc';
@@ -94,10 +95,9 @@ function methods(pool: pg.Pool): Record<string, Method> {
     unallowpubkey: async (p) => (await moderation.unallowPubkey(pool, pubkeyOf(p)), true),
     listallowedpubkeys: async () => (await moderation.list.allowedPubkeys(pool)).map((r) => ({ pubkey: r.key, reason: r.reason })),
     banevent: async (p) => (await moderation.banEvent(pool, eventIdOf(p), reasonOf(p, 1)), true),
-    allowevent: async (p) => (await moderation.unbanEvent(pool, eventIdOf(p)), true),
+    allowevent: async (p) => (await reports.keepEvent(pool, eventIdOf(p)), true),
     listbannedevents: async () => (await moderation.list.bannedEvents(pool)).map((r) => ({ id: r.key, reason: r.reason })),
-    // No event is held back for review: everything not refused by a rule is published at once.
-    listeventsneedingmoderation: async () => [],
+    listeventsneedingmoderation: async () => (await reports.listQueue(pool)).filter((e) => e.target === 'event').map((e) => ({ id: e.id, reason: e.reason })),
     allowkind: async (p) => (await moderation.allowKind(pool, kindOf(p)), true),
     disallowkind: async (p) => (await moderation.disallowKind(pool, kindOf(p)), true),
     listallowedkinds: async () => moderation.list.allowedKinds(pool),
@@ -107,6 +107,9 @@ function methods(pool: pg.Pool): Record<string, Method> {
     changerelayname: async (p) => (await moderation.setRelayInfo(pool, 'name', textOf(p, 100, 'name')), true),
     changerelaydescription: async (p) => (await moderation.setRelayInfo(pool, 'description', textOf(p, 5000, 'description')), true),
     changerelayicon: async (p) => (await moderation.setRelayInfo(pool, 'icon', iconOf(p)), true),
+    // Reported pubkeys: not in NIP-86 (it lists events only); named in its style. banpubkey clears an entry too.
+    listpubkeysneedingmoderation: async () => (await reports.listQueue(pool)).filter((e) => e.target === 'pubkey').map((e) => ({ pubkey: e.id, reason: e.reason })),
+    dismisspubkeyreports: async (p) => (await reports.clearReports(pool, 'pubkey', pubkeyOf(p)), true),
     // Webhooks: not in NIP-86; named in its style.
     listwebhooks: async () =>
       (await webhooks.listEndpoints(pool)).map((e) => ({ id: e.id, url: e.url, filters: e.filters, paused: e.paused, batch: e.batchSize, queued: e.queued, dead: e.dead, oldest_queued_seconds: e.oldestQueuedSeconds })),
@@ -119,6 +122,7 @@ function methods(pool: pg.Pool): Record<string, Method> {
 }
 
 const READ_ONLY = new Set(['supportedmethods', 'listbannedpubkeys', 'listallowedpubkeys', 'listbannedevents', 'listeventsneedingmoderation', 'listallowedkinds', 'listblockedips', 'listwebhooks']);
+READ_ONLY.add('listpubkeysneedingmoderation'); // an extension: see methods
 
 function reply(res: ServerResponse, status: number, body: { result?: unknown; error?: string }): void {
   res.writeHead(status, { 'Content-Type': 'application/json', 'Cache-Control': 'no-store', 'Access-Control-Allow-Origin': '*' });
