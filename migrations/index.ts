@@ -12,6 +12,7 @@ import * as webhookReadyByEndpoint from './20261230000001_webhook_ready_by_endpo
 import * as eventRemovals from './20261231000001_event_removals.js';
 import * as routerPositions from './20270101000001_router_positions.js';
 import * as searchPendingLimit from './20270102000001_search_pending_limit.js';
+import * as memberships from './20270110000003_memberships.js';
 
 export interface Migration {
   up(knex: Knex): Promise<void>;
@@ -32,4 +33,5 @@ export const migrations: Record<string, Migration> = {
   '20261231000001_event_removals': eventRemovals,
   '20270101000001_router_positions': routerPositions,
   '20270102000001_search_pending_limit': searchPendingLimit,
+  '20270110000003_memberships': memberships,
 };
