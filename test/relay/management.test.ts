@@ -47,6 +47,7 @@ describe('NIP-86 methods', () => {
         'banevent', 'allowevent', 'listbannedevents', 'listeventsneedingmoderation', 'allowkind', 'disallowkind', 'listallowedkinds',
         'blockip', 'unblockip', 'listblockedips', 'changerelayname', 'changerelaydescription', 'changerelayicon',
         'listwebhooks', 'addwebhook', 'pausewebhook', 'resumewebhook', 'removewebhook',
+        'allowpubkeyuntil', 'extendmembership',
       ]),
     );
   });
