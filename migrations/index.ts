@@ -14,6 +14,7 @@ import * as routerPositions from './20270101000001_router_positions.js';
 import * as searchPendingLimit from './20270102000001_search_pending_limit.js';
 import * as eventsToastTarget from './20270103000001_events_toast_target.js';
 import * as reports from './20270110000001_reports.js';
+import * as memberships from './20270110000003_memberships.js';
 
 export interface Migration {
   up(knex: Knex): Promise<void>;
@@ -36,4 +37,5 @@ export const migrations: Record<string, Migration> = {
   '20270102000001_search_pending_limit': searchPendingLimit,
   '20270103000001_events_toast_target': eventsToastTarget,
   '20270110000001_reports': reports,
+  '20270110000003_memberships': memberships,
 };

@@ -6,6 +6,7 @@ import { isIP } from 'node:net';
 import { z } from 'zod';
 import { parseDatabaseUrl } from './store/database-url.js';
 import { pubkeyFromText } from './nostr/nip19.js';
+import { checkSecret } from './store/webhook-secret.js';
 
 const int = (min: number, max = Number.MAX_SAFE_INTEGER) => z.coerce.number().int().min(min).max(max);
 const rate = z.coerce.number().min(0).max(1_000_000); // per second or minute; 0 = off; fractions allowed
@@ -341,6 +342,60 @@ const reports = section(
   },
 );
 
+// NIP-11 `fees`: each list of {amount, unit, period?, kinds?}; a subscription's period is required.
+const fee = z.object({ amount: z.number().int().positive(), unit: z.string().regex(/^[a-z]{1,16}$/, 'a unit such as msats').default('msats') }).strict();
+const feesSchema = z
+  .object({
+    admission: z.array(fee).optional(),
+    subscription: z.array(fee.extend({ period: z.number().int().positive() }).strict()).optional(),
+    publication: z.array(fee.extend({ kinds: z.array(z.number().int().min(0).max(65535)).optional() }).strict()).optional(),
+  })
+  .strict();
+const jsonText = z.string().transform((v, ctx) => {
+  try {
+    return JSON.parse(v) as unknown;
+  } catch {
+    ctx.addIssue({ code: 'custom', message: 'not JSON' });
+    return z.NEVER;
+  }
+});
+const httpUrl = z.string().regex(/^https?:\/\/[^\s/?#]+[^\s]*$/, 'an http(s) URL');
+
+const memberships = section(
+  'Memberships and payments',
+  'Allow-list entries that expire, the admission API payment processors call (`POST /memberships`) and what NIP-11 says of fees: docs/moderation.md#memberships-and-payments.',
+  {
+    RELAY_PAYMENT_REQUIRED: documented(
+      bool.default(false),
+      'Announce NIP-11 `payment_required` (and `restricted_writes`), and accept events only from members (the pubkey allow list, and gift wraps addressed to them), even while the list is empty. Needs RELAY_PAYMENTS_URL.',
+      { example: 'true' },
+    ),
+    RELAY_PAYMENTS_URL: documented(
+      optionalText.pipe(httpUrl.optional()),
+      'NIP-11 `payments_url`: where a user pays to join or renew. Named in the `restricted:` answer to a non-member or an expired member.',
+      { example: 'https://relay.example.com/join' },
+    ),
+    RELAY_FEES: documented(
+      optionalText.pipe(jsonText.pipe(feesSchema).optional()),
+      'NIP-11 `fees`, as JSON: `admission`, `subscription` (each with a `period` in seconds) and `publication` (each with optional `kinds`), lists of `{"amount": <integer>, "unit": "msats"}`. Announced as given; what a payment buys is what the processor sends to `POST /memberships`.',
+      { example: '{"admission":[{"amount":1000000,"unit":"msats"}],"subscription":[{"amount":5000000,"unit":"msats","period":2592000}]}' },
+    ),
+    MEMBERSHIP_WEBHOOK_SECRET: documented(
+      optionalText.pipe(
+        z
+          .string()
+          .superRefine((v, ctx) => {
+            const why = checkSecret(v);
+            if (why) ctx.addIssue({ code: 'custom', message: why });
+          })
+          .optional(),
+      ),
+      'The Standard Webhooks secret (`whsec_` and the base64 of 24 to 64 bytes) payment processors sign `POST /memberships` with: the one your processor shows for the endpoint, or one you make (`echo whsec_$(openssl rand -base64 32)`) and give it. Unset, only admins (ADMIN_PUBKEYS, NIP-98) may call it.',
+      { example: 'whsec_…' },
+    ),
+  },
+);
+
 const scaleOut = section('Scale-out', 'docs/scaling.md.', {
   WORKERS: documented(
     z.union([z.literal('auto'), int(1, 256)]).default(1),
@@ -375,7 +430,7 @@ const hotTier = section('Hot tier', 'The newest events in memory, with the index
 });
 
 /** Every variable, in the order the manual lists them. */
-export const configSections: ConfigSection[] = [server, database, backups, nip11, limits, negentropy, webhooks, ingest, plugins, maintenance, internet, console_, reports, scaleOut, hotTier];
+export const configSections: ConfigSection[] = [server, database, backups, nip11, limits, negentropy, webhooks, ingest, plugins, maintenance, internet, console_, reports, memberships, scaleOut, hotTier];
 
 export const configSchema = z.object({
   ...server.fields,
@@ -391,6 +446,7 @@ export const configSchema = z.object({
   ...internet.fields,
   ...console_.fields,
   ...reports.fields,
+  ...memberships.fields,
   ...scaleOut.fields,
   ...hotTier.fields,
 });
@@ -414,6 +470,8 @@ export function parseConfig(env: Record<string, string | undefined>): Config {
     throw new ConfigError('invalid configuration:\n  BACKUP_DIR: backs up the embedded PostgreSQL only; with DATABASE_URL, unset it and back that server up with its own tools (docs/operations.md)');
   if (Boolean(config.TLS_CERT_FILE) !== Boolean(config.TLS_KEY_FILE))
     throw new ConfigError('invalid configuration:\n  TLS_CERT_FILE and TLS_KEY_FILE: set both (wss://) or neither (ws://)');
+  if (config.RELAY_PAYMENT_REQUIRED && !config.RELAY_PAYMENTS_URL)
+    throw new ConfigError('invalid configuration:\n  RELAY_PAYMENT_REQUIRED: set RELAY_PAYMENTS_URL too, so that clients and refused users know where to pay');
   return config;
 }
 

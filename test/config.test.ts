@@ -73,3 +73,40 @@ describe('configuration for the public internet', () => {
     expect(['1.2.3.4/', '/8', '1.2.3.4 /8', '2001:db8::/-1'].some(isAddressOrCidr)).toBe(false);
   });
 });
+
+describe('memberships and payments', () => {
+  const secret = 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw';
+
+  it('reads RELAY_FEES as the NIP-11 fees object, unit msats unless given', () => {
+    const fees = '{"admission":[{"amount":1000000}],"subscription":[{"amount":5000000,"unit":"msats","period":2592000}],"publication":[{"kinds":[4],"amount":100}]}';
+    expect(parseConfig({ RELAY_FEES: fees }).RELAY_FEES).toEqual({
+      admission: [{ amount: 1000000, unit: 'msats' }],
+      subscription: [{ amount: 5000000, unit: 'msats', period: 2592000 }],
+      publication: [{ kinds: [4], amount: 100, unit: 'msats' }],
+    });
+    expect(parseConfig({}).RELAY_FEES).toBeUndefined();
+  });
+
+  it.each([
+    ['text that is not JSON', 'admission: 1000'],
+    ['a subscription without its period', '{"subscription":[{"amount":5000}]}'],
+    ['a negative amount', '{"admission":[{"amount":-1}]}'],
+    ['an amount that is not an integer', '{"admission":[{"amount":1.5}]}'],
+    ['a misspelt list', '{"admision":[{"amount":1000}]}'],
+    ['a field NIP-11 does not know', '{"admission":[{"amount":1000,"currency":"usd"}]}'],
+  ])('refuses RELAY_FEES with %s', (_, value) => {
+    refused({ RELAY_FEES: value }, 'RELAY_FEES');
+  });
+
+  it('refuses a MEMBERSHIP_WEBHOOK_SECRET that is not a whsec_ secret of 24 to 64 bytes', () => {
+    expect(parseConfig({ MEMBERSHIP_WEBHOOK_SECRET: secret }).MEMBERSHIP_WEBHOOK_SECRET).toBe(secret);
+    refused({ MEMBERSHIP_WEBHOOK_SECRET: 'a-plain-password' }, 'MEMBERSHIP_WEBHOOK_SECRET.*whsec_');
+    refused({ MEMBERSHIP_WEBHOOK_SECRET: 'whsec_c2hvcnQ=' }, 'MEMBERSHIP_WEBHOOK_SECRET.*24 to 64 bytes');
+  });
+
+  it('refuses RELAY_PAYMENT_REQUIRED without RELAY_PAYMENTS_URL, and a payments URL that is not http(s)', () => {
+    refused({ RELAY_PAYMENT_REQUIRED: 'true' }, 'RELAY_PAYMENT_REQUIRED: set RELAY_PAYMENTS_URL');
+    refused({ RELAY_PAYMENTS_URL: 'lightning:lnurl1xyz' }, 'RELAY_PAYMENTS_URL');
+    expect(parseConfig({ RELAY_PAYMENT_REQUIRED: 'true', RELAY_PAYMENTS_URL: 'https://relay.example.com/join' })).toMatchObject({ RELAY_PAYMENT_REQUIRED: true });
+  });
+});

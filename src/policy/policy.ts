@@ -34,7 +34,7 @@ export function policyFrom(config: Config, moderation: ModerationSource = static
   const write = present<WriteRule>([
     authRequiredForWrites(config.AUTH_REQUIRED),
     authEventAsEvent,
-    ...moderationRules(moderation),
+    ...moderationRules(moderation, { membersOnly: config.RELAY_PAYMENT_REQUIRED, joinUrl: config.RELAY_PAYMENTS_URL }),
     ...limitRules(limits),
     powRule(limits.minPowDifficulty),
     protectedEvent,

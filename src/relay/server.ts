@@ -33,6 +33,7 @@ import { Connection } from './connection.js';
 import { nowSeconds, type RelayContext } from './context.js';
 import { healthRoutes } from './http/health.js';
 import { managementHandler } from './http/management.js';
+import { MEMBERSHIPS_PATH, membershipsRoute } from './http/memberships.js';
 import { metricsRoute } from './http/metrics.js';
 import { NegentropyBudget } from './negentropy-budget.js';
 import { WebhookWorker, type QueueSample } from './webhooks.js';
@@ -253,6 +254,21 @@ export async function startRelay(config: Config, db: PrimaryDatabase, log: Logge
           await reports!.refresh();
         },
       }),
+    }),
+  );
+  router.add(
+    membershipsRoute({
+      pool,
+      log,
+      admins: config.ADMIN_PUBKEYS,
+      secret: config.MEMBERSHIP_WEBHOOK_SECRET,
+      // NIP-98's u tag names this API's public URL: RELAY_URL's with the path appended.
+      urlOf: (req) => {
+        const base = config.RELAY_URL ? relayIdentity(config.RELAY_URL) : undefined;
+        const identity = config.RELAY_URL ? base && base + MEMBERSHIPS_PATH : relayOf(req, undefined);
+        return identity === undefined ? undefined : identity + new URL(req.url ?? '/', 'http://x').search;
+      },
+      changed: () => moderation.reload(),
     }),
   );
   for (const route of healthRoutes(pool, () => ctx.stopping)) router.add(route);

@@ -12,6 +12,9 @@ const hex = (s: string) => Buffer.from(s, 'hex');
 
 export type RelayInfoField = 'name' | 'description' | 'icon';
 
+/** allowed_pubkeys.expires_at as whole unix seconds (bigint arrives as a string). */
+export const UNIX_EXPIRY = 'floor(extract(epoch FROM expires_at))::bigint';
+
 /** Reads every list: small tables (even 100,000 bans load in well under a second). */
 export async function loadModeration(pool: pg.Pool): Promise<{ version: string; lists: ModerationLists }> {
   const client = await pool.connect();
@@ -23,6 +26,9 @@ export async function loadModeration(pool: pg.Pool): Promise<{ version: string; 
     const lists: ModerationLists = {
       bannedPubkeys: await pairs("SELECT encode(pubkey, 'hex') AS key, reason FROM banned_pubkeys"),
       allowedPubkeys: await pairs("SELECT encode(pubkey, 'hex') AS key, reason FROM allowed_pubkeys"),
+      allowedUntil: new Map(
+        (await client.query<{ key: string; until: string }>(`SELECT encode(pubkey, 'hex') AS key, ${UNIX_EXPIRY} AS until FROM allowed_pubkeys WHERE expires_at IS NOT NULL`)).rows.map((r) => [r.key, Number(r.until)]),
+      ),
       bannedEvents: await pairs("SELECT encode(id, 'hex') AS key, reason FROM banned_events"),
       allowedKinds: new Set((await client.query<{ kind: number }>('SELECT kind FROM allowed_kinds')).rows.map((r) => r.kind)),
       blockedIps: await pairs('SELECT text(address) AS key, reason FROM blocked_ips'),
@@ -106,9 +112,10 @@ export async function unbanPubkey(pool: pg.Pool, pubkey: string): Promise<boolea
   return ((await pool.query('DELETE FROM banned_pubkeys WHERE pubkey = $1', [hex(pubkey)])).rowCount ?? 0) > 0;
 }
 
+/** A member without end: an expiry the entry had is dropped (store/memberships.ts sets one). */
 export async function allowPubkey(pool: pg.Pool, pubkey: string, reason?: string): Promise<void> {
   await pool.query(
-    `INSERT INTO allowed_pubkeys (pubkey, reason) VALUES ($1, $2) ON CONFLICT (pubkey) DO UPDATE SET reason = excluded.reason`,
+    `INSERT INTO allowed_pubkeys (pubkey, reason) VALUES ($1, $2) ON CONFLICT (pubkey) DO UPDATE SET reason = excluded.reason, expires_at = NULL`,
     [hex(pubkey), reason ?? null],
   );
 }
@@ -165,12 +172,21 @@ export interface Listed {
   reason: string | null;
 }
 
+/** An allow-list entry: `expiresAt` in unix seconds, null for a membership without end. */
+export interface ListedMember extends Listed {
+  expiresAt: number | null;
+}
+
 /** The lists as stored now (not a process's snapshot), oldest entry first. */
 export const list = {
   bannedPubkeys: async (pool: pg.Pool) =>
     (await pool.query<Listed>("SELECT encode(pubkey, 'hex') AS key, reason FROM banned_pubkeys ORDER BY created_at, pubkey")).rows,
-  allowedPubkeys: async (pool: pg.Pool) =>
-    (await pool.query<Listed>("SELECT encode(pubkey, 'hex') AS key, reason FROM allowed_pubkeys ORDER BY created_at, pubkey")).rows,
+  allowedPubkeys: async (pool: pg.Pool): Promise<ListedMember[]> =>
+    (
+      await pool.query<Listed & { until: string | null }>(
+        `SELECT encode(pubkey, 'hex') AS key, reason, ${UNIX_EXPIRY} AS until FROM allowed_pubkeys ORDER BY created_at, pubkey`,
+      )
+    ).rows.map(({ key, reason, until }) => ({ key, reason, expiresAt: until === null ? null : Number(until) })),
   bannedEvents: async (pool: pg.Pool) =>
     (await pool.query<Listed>("SELECT encode(id, 'hex') AS key, reason FROM banned_events ORDER BY created_at, id")).rows,
   allowedKinds: async (pool: pg.Pool) => (await pool.query<{ kind: number }>('SELECT kind FROM allowed_kinds ORDER BY kind')).rows.map((r) => r.kind),

@@ -3,32 +3,17 @@
 // Every change to webhook_endpoints goes through changeEndpoints (store/outbox.ts), which takes the
 // outbox lock and bumps the generation, so that running relays enqueue for the new endpoints from
 // exactly the next batch they write.
-import { randomBytes } from 'node:crypto';
 import type pg from 'pg';
 import type { NostrEvent } from '../nostr/event.js';
 import { compileFilter, toMatchable, type MatchableEvent } from '../nostr/filter.js';
 import { searchDocument } from '../nostr/search.js';
 import { changeEndpoints, parseEndpointFilters } from './outbox.js';
 import { needsPreparing, prepareSearch } from './search.js';
+import { checkSecret } from './webhook-secret.js';
+
+export { checkSecret, generateSecret } from './webhook-secret.js';
 
 export const MAX_BATCH_SIZE = 1000;
-
-/** A Standard Webhooks secret: `whsec_` and the base64 of 24 to 64 random bytes. */
-const SECRET = /^whsec_([A-Za-z0-9+/]+={0,2})$/;
-const SECRET_BYTES = { min: 24, max: 64 };
-
-export function generateSecret(): string {
-  return `whsec_${randomBytes(24).toString('base64')}`;
-}
-
-/** Why a secret is refused, or undefined when it is a usable `whsec_` secret. */
-export function checkSecret(secret: string): string | undefined {
-  const m = SECRET.exec(secret);
-  if (!m || m[1].length % 4 !== 0) return 'the secret must be "whsec_" followed by base64';
-  const bytes = Buffer.from(m[1], 'base64').length;
-  if (bytes < SECRET_BYTES.min || bytes > SECRET_BYTES.max) return `the secret must hold ${SECRET_BYTES.min} to ${SECRET_BYTES.max} bytes (it holds ${bytes})`;
-  return undefined;
-}
 
 /** Why a URL is refused as an endpoint, or undefined when it is an http(s) URL with a host. */
 export function checkEndpointUrl(url: string): string | undefined {

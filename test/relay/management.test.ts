@@ -48,6 +48,7 @@ describe('NIP-86 methods', () => {
         'blockip', 'unblockip', 'listblockedips', 'changerelayname', 'changerelaydescription', 'changerelayicon',
         'listwebhooks', 'addwebhook', 'pausewebhook', 'resumewebhook', 'removewebhook',
         'listpubkeysneedingmoderation', 'dismisspubkeyreports',
+        'allowpubkeyuntil', 'extendmembership',
       ]),
     );
   });

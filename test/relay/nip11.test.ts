@@ -91,6 +91,13 @@ describe('NIP-11', () => {
     });
   });
 
+  it('announces no fees nor payments_url, and no payment required, when none are configured', async () => {
+    const info = await getInfo();
+    expect(info).not.toHaveProperty('fees');
+    expect(info).not.toHaveProperty('payments_url');
+    expect(info.limitation.payment_required).toBe(false);
+  });
+
   it('answers a CORS preflight (OPTIONS) with the CORS headers', async () => {
     const res = await fetch(httpUrl, {
       method: 'OPTIONS',

@@ -4,6 +4,8 @@
 // reports feed (store/reports.ts), and the decisions that clear it.
 import { isAddressOrCidr } from '../../config.js';
 import { eventIdFromText, pubkeyFromText } from '../../nostr/nip19.js';
+import { isoSeconds } from '../../policy/moderation.js';
+import * as memberships from '../../store/memberships.js';
 import * as moderation from '../../store/moderation.js';
 import * as reports from '../../store/reports.js';
 import type { Command } from '../command.js';
@@ -32,6 +34,28 @@ function ipArg(value: string | undefined): string {
 function kindArg(value: string | undefined): number {
   if (value === undefined || !/^\d{1,5}$/.test(value) || Number(value) > 65535) throw new UsageError(`expected a kind from 0 to 65535, got ${JSON.stringify(value ?? '')}`);
   return Number(value);
+}
+
+/** --days N or --until DATE (ISO 8601, or unix seconds) of `allow pubkey`: a membership that ends. */
+function membershipArg(days: string | undefined, until: string | undefined): memberships.MembershipChange | undefined {
+  if (days !== undefined && until !== undefined) throw new UsageError('give --days or --until, not both');
+  if (days !== undefined) {
+    const n = Number(days);
+    if (!/^\d+$/.test(days) || n < 1 || n > memberships.MAX_MEMBERSHIP_DAYS) throw new UsageError(`--days must be an integer from 1 to ${memberships.MAX_MEMBERSHIP_DAYS}, got ${JSON.stringify(days)}`);
+    return { days: n };
+  }
+  if (until !== undefined) {
+    const ms = /^\d+$/.test(until) ? Number(until) * 1000 : Date.parse(until);
+    if (!Number.isFinite(ms)) throw new UsageError(`--until must be a date (2027-03-01, 2027-03-01T12:00:00Z) or unix seconds, got ${JSON.stringify(until)}`);
+    return { until: Math.floor(ms / 1000) };
+  }
+  return undefined;
+}
+
+/** "  until 2027-03-01T00:00:00Z" (", expired" once past) for an entry that ends; "" otherwise. */
+function untilText(expiresAt: number | null | undefined, now: number): string {
+  if (expiresAt === null || expiresAt === undefined) return '';
+  return `  until ${isoSeconds(expiresAt)}${expiresAt <= now ? ' (expired)' : ''}`;
 }
 
 const FOOTER = `Every relay process on the same database applies a change within a second. The same
@@ -107,21 +131,35 @@ ${FOOTER}`,
 
 export const allowCommand: Command = {
   name: 'allow',
-  help: `usage: npm run cli -- allow pubkey <pubkey> [--reason TEXT]
+  help: `usage: npm run cli -- allow pubkey <pubkey> [--reason TEXT] [--days N | --until DATE]
        npm run cli -- allow kind <kind>
 
 pubkey  once the list is not empty, the relay accepts events only from its pubkeys (and gift
         wraps addressed to them); others get "restricted:". <pubkey> is ${KEY_INPUT}.
+        Without --days or --until the membership has no end.
+        --days N      adds N days to whichever is later, now or the current end (a membership
+                      without end keeps none); a new pubkey gets N days from now.
+        --until DATE  sets the end (2027-03-01, 2027-03-01T12:00:00Z or unix seconds).
+        An expired member stays on the list, refused with "restricted: your membership expired".
 kind    once the list is not empty, the relay accepts only these kinds; others get "blocked:".
 
 ${FOOTER}`,
   async run(args, { config, log }) {
-    const { values, positionals } = parseOptions(args, { reason: { type: 'string' } }, true);
+    const { values, positionals } = parseOptions(args, { reason: { type: 'string' }, days: { type: 'string' }, until: { type: 'string' } }, true);
     const [what, value, extra] = positionals;
     if (extra !== undefined || !['pubkey', 'kind'].includes(what ?? '')) throw new UsageError('usage: allow pubkey|kind <value>');
+    const change = membershipArg(values.days, values.until);
+    if (change && what !== 'pubkey') throw new UsageError('--days and --until go with allow pubkey');
+    const pubkey = what === 'pubkey' ? pubkeyArg(value) : undefined;
     const db = await openStore(config, log);
     try {
-      if (what === 'pubkey') await moderation.allowPubkey(db.pool, pubkeyArg(value), values.reason);
+      if (pubkey && change) {
+        const now = Math.floor(Date.now() / 1000);
+        const until = await memberships.changeMembership(db.pool, pubkey, change, now, values.reason);
+        console.log(`allowed ${what} ${value}${until === null ? ' (its membership has no end)' : untilText(until, now)}`);
+        return 0;
+      }
+      if (pubkey) await moderation.allowPubkey(db.pool, pubkey, values.reason);
       else await moderation.allowKind(db.pool, kindArg(value));
       console.log(`allowed ${what} ${value}`);
       return 0;
@@ -159,16 +197,19 @@ export const listCommand: Command = {
   name: 'list',
   help: `usage: npm run cli -- list [${LISTS.join('|')}] [--json]
 
-Without a list name, every list. One entry per line, with its reason.`,
+Without a list name, every list. One entry per line, with its reason; an allowed pubkey whose
+membership ends, with its end (and "(expired)" once past; --json: expires_at in unix seconds).`,
   async run(args, { config, log }) {
     const { values, positionals } = parseOptions(args, { json: { type: 'boolean', default: false } }, true);
     const wanted = positionals.length ? positionals : [...LISTS];
     for (const name of wanted) if (!(LISTS as readonly string[]).includes(name)) throw new UsageError(`unknown list "${name}": ${LISTS.join(', ')}`);
     const db = await openStore(config, log);
     try {
-      const read: Record<(typeof LISTS)[number], () => Promise<Array<{ key: string; reason: string | null }> | number[]>> = {
+      type Entry = { key: string; reason: string | null; expires_at?: number };
+      const read: Record<(typeof LISTS)[number], () => Promise<Entry[] | number[]>> = {
         'banned-pubkeys': () => moderation.list.bannedPubkeys(db.pool),
-        'allowed-pubkeys': () => moderation.list.allowedPubkeys(db.pool),
+        'allowed-pubkeys': async () =>
+          (await moderation.list.allowedPubkeys(db.pool)).map(({ key, reason, expiresAt }) => ({ key, reason, ...(expiresAt === null ? {} : { expires_at: expiresAt }) })),
         'banned-events': () => moderation.list.bannedEvents(db.pool),
         'allowed-kinds': () => moderation.list.allowedKinds(db.pool),
         'blocked-ips': () => moderation.list.blockedIps(db.pool),
@@ -176,11 +217,13 @@ Without a list name, every list. One entry per line, with its reason.`,
       const out: Record<string, unknown> = {};
       for (const name of wanted as Array<(typeof LISTS)[number]>) out[name] = await read[name]();
       if (values.json) console.log(JSON.stringify(out, null, 2));
-      else
-        for (const [name, entries] of Object.entries(out) as Array<[string, Array<{ key: string; reason: string | null } | number>]>) {
+      else {
+        const now = Math.floor(Date.now() / 1000);
+        for (const [name, entries] of Object.entries(out) as Array<[string, Array<Entry | number>]>) {
           console.log(`${name} (${entries.length})`);
-          for (const e of entries) console.log(typeof e === 'number' ? `  ${e}` : `  ${e.key}${e.reason ? `  ${e.reason}` : ''}`);
+          for (const e of entries) console.log(typeof e === 'number' ? `  ${e}` : `  ${e.key}${untilText(e.expires_at, now)}${e.reason ? `  ${e.reason}` : ''}`);
         }
+      }
       return 0;
     } finally {
       await db.close();

@@ -9,6 +9,7 @@ import { isAddressOrCidr } from '../../config.js';
 import type { Logger } from '../../log.js';
 import { eventIdFromText, pubkeyFromText } from '../../nostr/nip19.js';
 import { checkHttpAuth } from '../../policy/http-auth.js';
+import * as memberships from '../../store/memberships.js';
 import * as moderation from '../../store/moderation.js';
 import * as reports from '../../store/reports.js';
 import * as webhooks from '../../store/webhook-endpoints.js';
@@ -59,6 +60,24 @@ const iconOf = (params: Params): string => {
   return url;
 };
 
+// Memberships (store/memberships.ts): an integer as a number or a decimal string, like kinds.
+const integerOf = (params: Params, at: number): number | undefined => {
+  const v = typeof params[at] === 'string' && /^\d{1,12}$/.test(params[at]) ? Number(params[at]) : params[at];
+  return typeof v === 'number' && Number.isInteger(v) ? v : undefined;
+};
+const daysOf = (params: Params): number => {
+  const days = integerOf(params, 1);
+  if (days === undefined || days < 1 || days > memberships.MAX_MEMBERSHIP_DAYS) throw new RpcError(`the second parameter must be the days to add, from 1 to ${memberships.MAX_MEMBERSHIP_DAYS}`);
+  return days;
+};
+const untilOf = (params: Params, now: number): number => {
+  const until = integerOf(params, 1);
+  if (until === undefined || until < 0 || until > now + memberships.MAX_MEMBERSHIP_DAYS * memberships.DAY_SECONDS)
+    throw new RpcError(`the second parameter must be when the membership ends, in unix seconds, at most ${memberships.MAX_MEMBERSHIP_DAYS} days ahead`);
+  return until;
+};
+const unixNow = () => Math.floor(Date.now() / 1000);
+
 const endpointIdOf = (params: Params): number => {
   const id = typeof params[0] === 'string' && /^\d{1,9}$/.test(params[0]) ? Number(params[0]) : params[0];
   if (typeof id !== 'number' || !Number.isInteger(id) || id < 1) throw new RpcError('the first parameter must be a webhook endpoint id');
@@ -93,7 +112,18 @@ function methods(pool: pg.Pool): Record<string, Method> {
     listbannedpubkeys: async () => (await moderation.list.bannedPubkeys(pool)).map((r) => ({ pubkey: r.key, reason: r.reason })),
     allowpubkey: async (p) => (await moderation.allowPubkey(pool, pubkeyOf(p), reasonOf(p, 1)), true),
     unallowpubkey: async (p) => (await moderation.unallowPubkey(pool, pubkeyOf(p)), true),
-    listallowedpubkeys: async () => (await moderation.list.allowedPubkeys(pool)).map((r) => ({ pubkey: r.key, reason: r.reason })),
+    listallowedpubkeys: async () =>
+      (await moderation.list.allowedPubkeys(pool)).map((r) => ({ pubkey: r.key, reason: r.reason, ...(r.expiresAt === null ? {} : { expires_at: r.expiresAt }) })),
+    // Memberships: not in NIP-86; named in its style. allowpubkey makes a membership without end.
+    allowpubkeyuntil: async (p) => {
+      const now = unixNow();
+      await memberships.changeMembership(pool, pubkeyOf(p), { until: untilOf(p, now) }, now, reasonOf(p, 2));
+      return true;
+    },
+    extendmembership: async (p) => {
+      const pubkey = pubkeyOf(p);
+      return { pubkey, expires_at: await memberships.changeMembership(pool, pubkey, { days: daysOf(p) }, unixNow(), reasonOf(p, 2)) };
+    },
     banevent: async (p) => (await moderation.banEvent(pool, eventIdOf(p), reasonOf(p, 1)), true),
     allowevent: async (p) => (await reports.keepEvent(pool, eventIdOf(p)), true),
     listbannedevents: async () => (await moderation.list.bannedEvents(pool)).map((r) => ({ id: r.key, reason: r.reason })),

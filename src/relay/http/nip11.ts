@@ -26,6 +26,8 @@ export function relayInformation(config: Config, policy: Policy) {
     ...(changed.icon ? { icon: changed.icon } : {}),
     ...(config.RELAY_PUBKEY ? { pubkey: config.RELAY_PUBKEY } : {}),
     ...(config.RELAY_CONTACT ? { contact: config.RELAY_CONTACT } : {}),
+    ...(config.RELAY_PAYMENTS_URL ? { payments_url: config.RELAY_PAYMENTS_URL } : {}),
+    ...(config.RELAY_FEES ? { fees: config.RELAY_FEES } : {}),
     supported_nips: supportedNips(config),
     software: SOFTWARE_URL,
     version: VERSION,
@@ -41,8 +43,9 @@ export function relayInformation(config: Config, policy: Policy) {
       min_pow_difficulty: limits.minPowDifficulty,
       // NIP-11: auth_required means AUTH before any other action; AUTH_REQUIRED=writes restricts writes only.
       auth_required: config.AUTH_REQUIRED === 'all',
-      payment_required: false,
-      restricted_writes: writesRestricted(policy, config.AUTH_REQUIRED),
+      payment_required: config.RELAY_PAYMENT_REQUIRED,
+      // A relay that charges admits members only (policy/moderation.ts), even before it has any.
+      restricted_writes: config.RELAY_PAYMENT_REQUIRED || writesRestricted(policy, config.AUTH_REQUIRED),
       created_at_lower_limit: limits.createdAtPastSeconds || undefined,
       created_at_upper_limit: limits.createdAtFutureSeconds,
     },
