@@ -1,6 +1,6 @@
 // Whose NIP-56 reports the relay acts on, and how a queued entry explains itself. A report counts
 // when its author is trusted at the moment a relay process reads it: an admin (ADMIN_PUBKEYS), a key
-// on the allow list, or, when the web of trust is on, one of its members. Anyone else's reports are
+// on the allow list whose membership has not ended, or, when the web of trust is on, one of its members. Anyone else's reports are
 // stored like any event and change nothing.
 import type { ModerationSource } from './moderation.js';
 
@@ -16,7 +16,13 @@ export type TrustedReporter = (pubkey: string) => boolean;
 
 export function trustedReporter({ admins, moderation, inWeb }: ReporterTrust): TrustedReporter {
   const adminSet = new Set(admins);
-  return (pubkey) => adminSet.has(pubkey) || moderation.current.allowedPubkeys.has(pubkey) || (inWeb?.(pubkey) ?? false);
+  const member = (pubkey: string) => {
+    const { allowedPubkeys, allowedUntil } = moderation.current;
+    if (!allowedPubkeys.has(pubkey)) return false;
+    const until = allowedUntil.get(pubkey);
+    return until === undefined || until > Date.now() / 1000;
+  };
+  return (pubkey) => adminSet.has(pubkey) || member(pubkey) || (inWeb?.(pubkey) ?? false);
 }
 
 /**

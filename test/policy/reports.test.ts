@@ -27,6 +27,20 @@ describe('trustedReporter', () => {
     source.current = { ...noModeration, allowedPubkeys: new Map([[allowed, '']]) };
     expect(trusted(allowed)).toBe(true);
   });
+
+  it('does not trust a member whose membership has ended', () => {
+    const now = Math.floor(Date.now() / 1000);
+    const renewed = 'a'.repeat(64);
+    const trusted = trustedReporter({
+      admins: [],
+      moderation: staticModeration({
+        ...noModeration,
+        allowedPubkeys: new Map([[allowed, ''], [renewed, '']]),
+        allowedUntil: new Map([[allowed, now - 60], [renewed, now + 3600]]),
+      }),
+    });
+    expect([allowed, renewed].map(trusted)).toEqual([false, true]);
+  });
 });
 
 describe('reportReason', () => {
