@@ -13,6 +13,7 @@ import * as memberships from '../../store/memberships.js';
 import * as moderation from '../../store/moderation.js';
 import * as reports from '../../store/reports.js';
 import * as webhooks from '../../store/webhook-endpoints.js';
+import { readBody } from './body.js';
 
 export const RPC_CONTENT_TYPE = 'application/nostr+json+rpc';
 const MAX_BODY_BYTES = 64 * 1024;
@@ -159,16 +160,6 @@ function reply(res: ServerResponse, status: number, body: { result?: unknown; er
   res.end(JSON.stringify({ result: body.result ?? null, ...(body.error ? { error: body.error } : {}) }));
 }
 
-async function readBody(req: IncomingMessage): Promise<Buffer | undefined> {
-  const chunks: Buffer[] = [];
-  let size = 0;
-  for await (const chunk of req as AsyncIterable<Buffer>) {
-    size += chunk.length;
-    if (size > MAX_BODY_BYTES) return undefined;
-    chunks.push(chunk);
-  }
-  return Buffer.concat(chunks);
-}
 
 export interface ManagementOptions {
   pool: pg.Pool;
@@ -191,7 +182,7 @@ export function managementHandler(o: ManagementOptions) {
   return async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
     const type = (req.headers['content-type'] ?? '').split(';')[0].trim().toLowerCase();
     if (type !== RPC_CONTENT_TYPE) return reply(res, 415, { error: `POST here is the NIP-86 management API: Content-Type must be ${RPC_CONTENT_TYPE}` });
-    const body = await readBody(req);
+    const body = await readBody(req, MAX_BODY_BYTES);
     if (!body) return reply(res, 413, { error: `the request body is larger than ${MAX_BODY_BYTES} bytes` });
     const now = Math.floor(Date.now() / 1000);
     const url = o.urlOf(req);

@@ -14,6 +14,7 @@ import { pubkeyFromText } from '../../nostr/nip19.js';
 import { checkHttpAuth } from '../../policy/http-auth.js';
 import { admitMembership, DAY_SECONDS, MAX_MEMBERSHIP_DAYS, type MembershipChange } from '../../store/memberships.js';
 import { secretKey, verifySignature } from '../webhook-signature.js';
+import { readBody } from './body.js';
 import type { Route } from './router.js';
 
 export const MEMBERSHIPS_PATH = '/memberships';
@@ -76,16 +77,6 @@ function reply(res: ServerResponse, status: number, body: object): void {
   res.writeHead(status, { 'Content-Type': 'application/json', 'Cache-Control': 'no-store' }).end(JSON.stringify(body));
 }
 
-async function readBody(req: IncomingMessage): Promise<Buffer | undefined> {
-  const chunks: Buffer[] = [];
-  let size = 0;
-  for await (const chunk of req as AsyncIterable<Buffer>) {
-    size += chunk.length;
-    if (size > MAX_BODY_BYTES) return undefined;
-    chunks.push(chunk);
-  }
-  return Buffer.concat(chunks);
-}
 
 const header = (req: IncomingMessage, name: string): string | undefined => {
   const v = req.headers[name];
@@ -99,7 +90,7 @@ export function membershipsRoute(o: MembershipsOptions): Route {
     path: MEMBERSHIPS_PATH,
     methods: ['POST'],
     async handle(req, res) {
-      const body = await readBody(req);
+      const body = await readBody(req, MAX_BODY_BYTES);
       if (!body) return reply(res, 413, { error: `the request body is larger than ${MAX_BODY_BYTES} bytes` });
       const now = Math.floor(Date.now() / 1000);
 
