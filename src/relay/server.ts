@@ -26,6 +26,7 @@ import { signatureBackend } from '../nostr/schnorr.js';
 import type { HostFinder } from '../store/hosts.js';
 import { deleteExpiredEvents } from '../store/expiry.js';
 import { startRetention } from '../store/retention.js';
+import { WebOfTrustWatch } from '../store/web-of-trust.js';
 import { addressList, clientAddress, trustedProxies, type AddressList } from './client-address.js';
 import { Connection } from './connection.js';
 import { nowSeconds, type RelayContext } from './context.js';
@@ -123,6 +124,8 @@ export async function startRelay(config: Config, db: PrimaryDatabase, log: Logge
   // The write side (admission/write-side.ts) reports to the metrics, which read it back when scraped.
   let side: WriteSide | undefined;
   const pluginState = config.WRITE_POLICY_PLUGIN ? () => side!.plugin!.state() : undefined;
+  let webOfTrust: WebOfTrustWatch | undefined;
+  const webOfTrustState = config.WOT_ROOTS.length > 0 ? () => webOfTrust!.state() : undefined;
   const metrics = new RelayMetrics({
     connections: () => connections.size,
     subscriptions: () => subscriptions.size,
@@ -142,6 +145,7 @@ export async function startRelay(config: Config, db: PrimaryDatabase, log: Logge
       answeredUnreachable: tier?.stats.unreachable ?? 0,
     }),
     ...backupHealthSources(config.BACKUP_DIR, pool),
+    webOfTrust: webOfTrustState,
   });
   const tierBytes = hotTierBytes(config.HOT_TIER_MB);
   // Every event arrives through side.admission; what any process, host or import commits reaches
@@ -154,6 +158,8 @@ export async function startRelay(config: Config, db: PrimaryDatabase, log: Logge
   });
   const { moderation, policy, changes, feed, writer, verifier, plugin: writePlugin } = side;
   const { limits } = policy;
+  // WOT_ROOTS: the web the write rule reads, kept current from the change stream (store/web-of-trust.ts).
+  if (policy.webOfTrust) webOfTrust = new WebOfTrustWatch(policy.webOfTrust, pool, changes, log, { refreshSeconds: config.WOT_REFRESH_SECONDS });
   // The newest events in memory, kept current from the change stream (store/hot/service.ts).
   const tier = tierBytes > 0 ? new HotTierService(pool, changes, feed, log, tierBytes, undefined, undefined, config.HOT_TIER_SNAPSHOT ? config.DATA_DIR : undefined).start(options.snapshot) : undefined;
   const reads = await new ReadRouter(
@@ -213,6 +219,7 @@ export async function startRelay(config: Config, db: PrimaryDatabase, log: Logge
         connections: () => connections.size,
         subscriptions: () => subscriptions.size,
         writePlugin: pluginState,
+        webOfTrust: webOfTrustState,
       }).start()
     : undefined;
   router.add(
@@ -351,6 +358,7 @@ export async function startRelay(config: Config, db: PrimaryDatabase, log: Logge
     // Events awaiting the plugin are answered error: now (and get that OK before their sockets close).
     const pluginClosed = writePlugin?.close();
     moderation.stop();
+    await webOfTrust?.stop();
     status?.stop();
     heartbeat.stop();
     clearInterval(sweep);
@@ -381,6 +389,8 @@ export async function startRelay(config: Config, db: PrimaryDatabase, log: Logge
   };
 
   try {
+    // The web is computed before the first client: no write is judged against a web not yet known.
+    await webOfTrust?.start();
     await new Promise<void>((resolve, reject) => {
       http.once('error', reject);
       http.listen(config.PORT, config.HOST, () => resolve());

@@ -4,6 +4,7 @@
 import type pg from 'pg';
 import type { Logger } from '../log.js';
 import type { WritePluginState } from '../policy/write-plugin.js';
+import type { WebOfTrustState } from '../store/web-of-trust.js';
 import type { RelayMetrics } from './metrics.js';
 
 const HISTORY = 600; // seconds kept
@@ -28,6 +29,8 @@ export interface StatusSources {
   relayUrl?: string;
   /** The write-policy plugin, when one is configured (the page shows its state only then). */
   writePlugin?(): WritePluginState;
+  /** The web of trust, when WOT_ROOTS is set (the page shows its size and last computation only then). */
+  webOfTrust?(): WebOfTrustState;
 }
 
 export class StatusSampler {
@@ -110,6 +113,7 @@ export class StatusSampler {
       totals: { ...metrics.totals },
       database: this.database,
       ...(this.s.writePlugin && { writePlugin: this.s.writePlugin() }),
+      ...(this.s.webOfTrust && { webOfTrust: this.s.webOfTrust() }),
     };
   }
 
