@@ -20,31 +20,43 @@ import type { Change, ChangeStream } from './changes.js';
 /** One step's statement time at most: on 100,000 follow lists of 300 pubkeys, depth 3 takes seconds (docs/benchmarks.md). */
 const STATEMENT_TIMEOUT = '300s';
 
-/** The follows of the members `$1` steps from the roots: their current kind 3's `p` tags naming a pubkey. */
+/** The `p` tags of the current follow lists of the members `$1` steps from the roots. */
 const FOLLOWS = `
     FROM wot_members m
     JOIN events e ON e.pubkey = m.pubkey AND e.kind = ${KIND_CONTACTS} AND e.d_tag = ''
     JOIN event_tags t ON t.event_id = e.id AND t.name = 'p'
-   WHERE m.hop = $1 AND t.value ~ '^[0-9a-f]{64}$'`;
+   WHERE m.hop = $1`;
+
+/**
+ * Only values that are pubkeys (decode would fail on any other), checked once per distinct value
+ * (OFFSET 0 keeps PostgreSQL from checking every tag row instead), and not as `^[0-9a-f]{64}$`:
+ * PostgreSQL's regular expressions take ~6 µs a value over a bounded repetition, ten times this
+ * test; checked that way on every row, the step reading 12M follows took 200 s instead of 5.
+ */
+const PUBKEY = "length(value) = 64 AND value !~ '[^0-9a-f]'";
+
+/** Not a member yet. (An index on wot_members would cost more to fill than this hash anti-join.) */
+const NEW = 'NOT EXISTS (SELECT FROM wot_members w WHERE w.pubkey = followed.pubkey)';
 
 /** One step without a threshold: whoever the newest members follow. */
 const STEP = `
   INSERT INTO wot_members (pubkey, hop)
-  SELECT DISTINCT decode(t.value, 'hex'), $1 + 1 ${FOLLOWS}
-  ON CONFLICT (pubkey) DO NOTHING`;
+  SELECT pubkey, $1 + 1
+    FROM (SELECT decode(value, 'hex') AS pubkey FROM (SELECT DISTINCT t.value ${FOLLOWS} OFFSET 0) f WHERE ${PUBKEY}) followed
+   WHERE ${NEW}`;
 
 /** One step with a threshold: the newest members' follows tallied, and whoever reaches `$2` followers. */
 const COUNTED_STEP = `
   WITH tallied AS (
     INSERT INTO wot_tally (pubkey, followers)
-    SELECT decode(t.value, 'hex'), count(*) ${FOLLOWS}
-     GROUP BY t.value
+    SELECT decode(value, 'hex'), followers
+      FROM (SELECT t.value, count(*) AS followers ${FOLLOWS} GROUP BY t.value OFFSET 0) followed
+     WHERE ${PUBKEY}
     ON CONFLICT (pubkey) DO UPDATE SET followers = wot_tally.followers + excluded.followers
     RETURNING pubkey, followers
   )
   INSERT INTO wot_members (pubkey, hop)
-  SELECT pubkey, $1 + 1 FROM tallied WHERE followers >= $2
-  ON CONFLICT (pubkey) DO NOTHING`;
+  SELECT pubkey, $1 + 1 FROM tallied followed WHERE followers >= $2 AND ${NEW}`;
 
 /** Followers a pubkey needs to join `hop` steps from the roots: a root's follow needs only that root. */
 const followersNeeded = (settings: WebOfTrustSettings, hop: number) => (hop <= 1 ? 1 : Math.max(1, settings.minFollowers));
@@ -57,14 +69,15 @@ export async function computeWebOfTrust(pool: pg.Pool, settings: WebOfTrustSetti
     // One snapshot: a follow list replaced halfway through cannot be counted in both versions.
     await client.query('BEGIN ISOLATION LEVEL REPEATABLE READ');
     await client.query(`SET LOCAL statement_timeout = '${STATEMENT_TIMEOUT}'`);
-    await client.query('CREATE TEMPORARY TABLE wot_members (pubkey bytea PRIMARY KEY, hop integer NOT NULL) ON COMMIT DROP');
+    await client.query('CREATE TEMPORARY TABLE wot_members (pubkey bytea NOT NULL, hop integer NOT NULL) ON COMMIT DROP');
     await client.query("INSERT INTO wot_members (pubkey, hop) SELECT DISTINCT decode(r, 'hex'), 0 FROM unnest($1::text[]) r", [settings.roots]);
     const counted = settings.minFollowers > 1;
     if (counted) await client.query('CREATE TEMPORARY TABLE wot_tally (pubkey bytea PRIMARY KEY, followers integer NOT NULL) ON COMMIT DROP');
+    // No ANALYZE of wot_members between steps: without statistics the planner takes each step's
+    // members for few and reads their lists through event_tags' primary key, which costs what the
+    // lists hold; with them, it scanned the whole of event_tags at depth 3 (docs/benchmarks.md), a
+    // cost that grows with every other tag the relay stores.
     for (let hop = 0; hop < settings.depth; hop++) {
-      // The table's size changes by orders of magnitude from one step to the next: without
-      // statistics the planner would guess, and probe event_tags 100,000 times where a scan is cheaper.
-      await client.query('ANALYZE wot_members');
       const added = counted ? await client.query(COUNTED_STEP, [hop, followersNeeded(settings, hop + 1)]) : await client.query(STEP, [hop]);
       if (!added.rowCount) break;
     }
@@ -92,7 +105,11 @@ export async function computeWebOfTrust(pool: pg.Pool, settings: WebOfTrustSetti
 export interface WebOfTrustWatchOptions {
   /** WOT_REFRESH_SECONDS. */
   refreshSeconds: number;
-  /** How long after a follow list that counts the web is computed again; what arrives meanwhile joins that one. */
+  /**
+   * How long after a follow list that counts the web is computed again, at least; what arrives
+   * meanwhile joins that computation. Never less than the last computation took, so that follow
+   * lists arriving all the time keep PostgreSQL computing half the time at most.
+   */
   delayMs?: number;
   /** How long after a failed computation it is tried again. */
   retryMs?: number;
@@ -179,7 +196,8 @@ export class WebOfTrustWatch {
     if (change.type !== 'stored') return;
     const extending = this.web.current?.extending;
     const counts = (pubkey: string) => extending === undefined || extending.has(pubkey);
-    if (change.events.some((p) => p.event.kind === KIND_CONTACTS && counts(p.event.pubkey))) this.schedule(this.options.delayMs ?? DELAY_MS);
+    if (!change.events.some((p) => p.event.kind === KIND_CONTACTS && counts(p.event.pubkey))) return;
+    this.schedule(Math.max(this.options.delayMs ?? DELAY_MS, this.web.current?.durationMs ?? 0));
   }
 
   /** Computes again in `ms`, unless a computation is already due: a burst costs one. */
