@@ -385,12 +385,12 @@ const webOfTrust = section(
     ),
     WOT_DEPTH: documented(
       int(0, 6).default(2),
-      'Follows away from a root a pubkey may be: 0 is the roots alone, 1 the roots and whom they follow, 2 adds whom those follow.',
+      'Follows away from a root a pubkey may be, up to 6: 0 is the roots alone, 1 the roots and whom they follow, 2 adds whom those follow. Each step costs far more to compute than the one before (docs/benchmarks.md).',
       { unit: 'follows', example: '1' },
     ),
     WOT_MIN_FOLLOWERS: documented(
       int(0).default(0),
-      "From the second follow on, a pubkey joins the web only when at least this many members nearer the roots follow it; the roots, and whom they follow, need none. 0 (or 1) asks for one follower, the one that reached it.",
+      "Past the roots' own follows, a pubkey joins the web only once at least this many members nearer the roots follow it (the roots, and whom they follow, need none), so keys that follow each other cannot vouch for one another. 0 or 1: one follower is enough.",
       { unit: 'followers', example: '3' },
     ),
     WOT_REFRESH_SECONDS: documented(
