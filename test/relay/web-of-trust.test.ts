@@ -1,10 +1,16 @@
 // WOT_ROOTS: only pubkeys within WOT_DEPTH follows of a root may publish, along the stored follow
 // lists; the web follows new lists as members publish them, and WOT_MIN_FOLLOWERS asks for more than
 // one follower from the second follow on.
+import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { parseConfig } from '../../src/config.js';
+import { createLogger } from '../../src/log.js';
 import type { NostrEvent } from '../../src/nostr/event.js';
 import type { WebOfTrust } from '../../src/policy/web-of-trust.js';
+import { startRelay } from '../../src/relay/server.js';
+import { openDatabase } from '../../src/store/database.js';
 import { TestClient } from '../support/client.js';
+import { createTestDatabase } from '../support/database.js';
 import { unique } from '../support/events.js';
 import { newSigner, now, type Signer } from '../support/keys.js';
 import { startTestRelay, type TestRelay } from '../support/relay.js';
@@ -163,5 +169,22 @@ describe('web of trust with WOT_MIN_FOLLOWERS=2', () => {
   it('refuses pubkeys one member follows, however many outsiders follow them', async () => {
     expect(await c.publish(note(x))).toEqual([false, NOT_IN_WEB]);
     expect(await c.publish(note(y))).toEqual([false, NOT_IN_WEB]);
+  });
+});
+
+describe('starting with a web of trust', () => {
+  it('fails the start when the web cannot be computed, rather than serve without it', async () => {
+    const url = await createTestDatabase();
+    const pool = new pg.Pool({ connectionString: url, max: 1 });
+    await pool.query('ALTER TABLE event_tags RENAME TO event_tags_elsewhere');
+    await pool.end();
+    const config = parseConfig({ DATABASE_URL: url, PORT: '0', HOST: '127.0.0.1', LOG_LEVEL: 'silent', HOT_TIER_SNAPSHOT: 'false', WOT_ROOTS: root.pubkey });
+    const log = createLogger('silent');
+    const db = await openDatabase(config, log);
+    try {
+      await expect(startRelay(config, db, log)).rejects.toThrow(/event_tags/);
+    } finally {
+      await db.close();
+    }
   });
 });
