@@ -429,8 +429,47 @@ const hotTier = section('Hot tier', 'The newest events in memory, with the index
   ),
 });
 
+/** WOT_ROOTS: like ADMIN_PUBKEYS, but saying which entry is wrong and why (a secret key, or not a key). */
+const rootList = z
+  .string()
+  .optional()
+  .superRefine((v, ctx) => {
+    for (const item of items(v)) {
+      if (item.startsWith('nsec')) ctx.addIssue({ code: 'custom', message: 'an nsec is a secret key: give its npub or hex pubkey instead' });
+      else if (pubkeyHex(item) === undefined) ctx.addIssue({ code: 'custom', message: `"${item}" is not a pubkey: 64 lowercase hex characters or an npub` });
+    }
+  })
+  .transform((v) => [...new Set(items(v).map((x) => pubkeyHex(x)!))]);
+
+const webOfTrust = section(
+  'Web of trust',
+  'Only pubkeys a few follows away from the roots may publish (docs/moderation.md#web-of-trust). Unset WOT_ROOTS, anyone may.',
+  {
+    WOT_ROOTS: documented(
+      rootList,
+      "The web's roots (hex or npub, comma-separated): they may publish, and so may whom they follow, up to WOT_DEPTH follows away, along each pubkey's latest follow list (kind 3). Everyone else is refused `blocked: not in this relay's web of trust`. Unset, there is no web and anyone may publish.",
+      { example: 'npub1…,npub1…' },
+    ),
+    WOT_DEPTH: documented(
+      int(0, 6).default(2),
+      'Follows away from a root a pubkey may be, up to 6: 0 is the roots alone, 1 the roots and whom they follow, 2 adds whom those follow. Each step costs far more to compute than the one before (docs/benchmarks.md).',
+      { unit: 'follows', example: '1' },
+    ),
+    WOT_MIN_FOLLOWERS: documented(
+      int(0).default(0),
+      "Past the roots' own follows, a pubkey joins the web only once at least this many members nearer the roots follow it (the roots, and whom they follow, need none), so keys that follow each other cannot vouch for one another. 0 or 1: one follower is enough.",
+      { unit: 'followers', example: '3' },
+    ),
+    WOT_REFRESH_SECONDS: documented(
+      int(1).default(3600),
+      "How often the web is computed again regardless. A new follow list from a member whose follows count is applied within seconds without it; this catches what those do not announce: deleted follow lists, pruned or vanished members.",
+      { unit: 'seconds', example: '600' },
+    ),
+  },
+);
+
 /** Every variable, in the order the manual lists them. */
-export const configSections: ConfigSection[] = [server, database, backups, nip11, limits, negentropy, webhooks, ingest, plugins, maintenance, internet, console_, reports, memberships, scaleOut, hotTier];
+export const configSections: ConfigSection[] = [server, database, backups, nip11, limits, negentropy, webhooks, ingest, plugins, maintenance, internet, console_, reports, webOfTrust, memberships, scaleOut, hotTier];
 
 export const configSchema = z.object({
   ...server.fields,
@@ -449,6 +488,7 @@ export const configSchema = z.object({
   ...memberships.fields,
   ...scaleOut.fields,
   ...hotTier.fields,
+  ...webOfTrust.fields,
 });
 const schema = configSchema;
 

@@ -1,5 +1,6 @@
 // Configuration: the variables that decide who is trusted are validated strictly, and a bad value
 // stops start-up naming the variable.
+import { noteEncode, npubEncode, nsecEncode } from 'nostr-tools/nip19';
 import { describe, expect, it } from 'vitest';
 import { ConfigError, isAddressOrCidr, parseConfig } from '../src/config.js';
 
@@ -108,5 +109,46 @@ describe('memberships and payments', () => {
     refused({ RELAY_PAYMENT_REQUIRED: 'true' }, 'RELAY_PAYMENT_REQUIRED: set RELAY_PAYMENTS_URL');
     refused({ RELAY_PAYMENTS_URL: 'lightning:lnurl1xyz' }, 'RELAY_PAYMENTS_URL');
     expect(parseConfig({ RELAY_PAYMENT_REQUIRED: 'true', RELAY_PAYMENTS_URL: 'https://relay.example.com/join' })).toMatchObject({ RELAY_PAYMENT_REQUIRED: true });
+  });
+});
+
+describe('configuration of the web of trust', () => {
+  const hex = 'b'.repeat(64);
+  const npub = npubEncode(hex);
+
+  it('reads WOT_ROOTS as hex or npub pubkeys, each once, with the documented defaults beside it', () => {
+    expect(parseConfig({ WOT_ROOTS: `${hex}, ${npub},${'c'.repeat(64)}` })).toMatchObject({
+      WOT_ROOTS: [hex, 'c'.repeat(64)],
+      WOT_DEPTH: 2,
+      WOT_MIN_FOLLOWERS: 0,
+      WOT_REFRESH_SECONDS: 3600,
+    });
+    expect(parseConfig({}).WOT_ROOTS).toEqual([]);
+  });
+
+  it('refuses an nsec in WOT_ROOTS, asking for its npub', () => {
+    const nsec = nsecEncode(new Uint8Array(32).fill(7));
+    refused({ WOT_ROOTS: nsec }, 'WOT_ROOTS.*an nsec is a secret key: give its npub or hex pubkey instead');
+  });
+
+  it.each([
+    ['uppercase hex', 'B'.repeat(64)],
+    ['63 hex characters', 'b'.repeat(63)],
+    ['65 hex characters', 'b'.repeat(65)],
+    ['an npub with a broken checksum', npub.slice(0, -1) + (npub.endsWith('q') ? 'p' : 'q')],
+    ['an event id as a note', noteEncode(hex)],
+    ['a name', 'alice@example.com'],
+  ])('refuses %s in WOT_ROOTS, naming the entry', (_what, value) => {
+    refused({ WOT_ROOTS: `${hex},${value}` }, `WOT_ROOTS.*"${value.replace(/[.@]/g, '\\$&')}" is not a pubkey`);
+  });
+
+  it.each([
+    ['WOT_DEPTH', '-1'],
+    ['WOT_DEPTH', '7'],
+    ['WOT_DEPTH', 'two'],
+    ['WOT_MIN_FOLLOWERS', '-1'],
+    ['WOT_REFRESH_SECONDS', '0'],
+  ])('refuses %s=%s', (variable, value) => {
+    refused({ [variable]: value }, variable);
   });
 });

@@ -208,6 +208,7 @@
     renderLatency('latency-ok', latency.ok);
     renderKinds(Array.isArray(s.kinds) ? s.kinds : []);
     renderPlugin(s.writePlugin);
+    renderWebOfTrust(s.webOfTrust);
     updateCharts();
   }
 
@@ -225,6 +226,19 @@
     ];
     if (typeof p.lastError === 'string') pairs.push(['Last error', p.lastError]);
     fillPairs($('plugin-state'), pairs);
+  }
+
+  // The web of trust: only sent when WOT_ROOTS is set.
+  function renderWebOfTrust(w) {
+    var card = $('wot');
+    card.hidden = !w;
+    if (!w) return;
+    var computed = isNumber(w.computedAt) && w.computedAt > 0 ? fmtDuration((Date.now() - w.computedAt) / 1000) + ' ago, in ' + fmtMs(w.durationMs) + ' ms' : 'not yet';
+    fillPairs($('wot-state'), [
+      ['Members', fmtCount(w.members)],
+      ['Computed', computed],
+      ['Events refused', fmtCount(w.refusals)],
+    ]);
   }
 
   function renderLatency(rowId, l) {

@@ -15,6 +15,7 @@ export const isAddressable = (kind: number) => kindClass(kind) === 'addressable'
 export const isEphemeral = (kind: number) => kindClass(kind) === 'ephemeral';
 
 /** Kinds with special handling. */
+export const KIND_CONTACTS = 3; // NIP-02 follow list: what the web of trust follows (WOT_ROOTS)
 export const KIND_DM = 4; // NIP-04 encrypted direct message: private by default (policy/private-kinds.ts)
 export const KIND_DELETION = 5; // NIP-09
 export const KIND_REPOST = 6; // NIP-18: must not embed a protected event (NIP-70)

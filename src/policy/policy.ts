@@ -15,6 +15,7 @@ import { privateKindsRule } from './private-kinds.js';
 import { protectedEvent, repostOfProtected } from './protected.js';
 import type { ReadRule, Session, WriteRule } from './session.js';
 import { vanishWithoutRelay } from './vanish.js';
+import { webOfTrustFrom, webOfTrustRule, type WebOfTrust } from './web-of-trust.js';
 
 const present = <T>(rules: Array<T | undefined>): T[] => rules.filter((r): r is T => r !== undefined);
 
@@ -26,15 +27,19 @@ export interface Policy {
   moderation: ModerationSource;
   /** This relay's name (RELAY_URL as relayIdentity gives it), for NIP-62 requests; none without RELAY_URL. */
   relay: string | undefined;
+  /** WOT_ROOTS: the web the rule reads, computed and kept current by store/web-of-trust.ts; none without roots. */
+  webOfTrust: WebOfTrust | undefined;
 }
 
 /** `moderation`: where the current lists are (store/moderation.ts); none by default. */
 export function policyFrom(config: Config, moderation: ModerationSource = staticModeration()): Policy {
   const limits = limitsFrom(config);
+  const webOfTrust = webOfTrustFrom(config);
   const write = present<WriteRule>([
     authRequiredForWrites(config.AUTH_REQUIRED),
     authEventAsEvent,
     ...moderationRules(moderation, { membersOnly: config.RELAY_PAYMENT_REQUIRED, joinUrl: config.RELAY_PAYMENTS_URL }),
+    webOfTrust && webOfTrustRule(webOfTrust, config.ADMIN_PUBKEYS),
     ...limitRules(limits),
     powRule(limits.minPowDifficulty),
     protectedEvent,
@@ -44,7 +49,7 @@ export function policyFrom(config: Config, moderation: ModerationSource = static
     vanishWithoutRelay,
   ]);
   const read = present<ReadRule>([authRequiredForReads(config.AUTH_REQUIRED), privateKindsRule(config.RESTRICTED_READ_KINDS)]);
-  return { limits, write, read, moderation, relay: config.RELAY_URL === undefined ? undefined : relayIdentity(config.RELAY_URL) };
+  return { limits, write, read, moderation, relay: config.RELAY_URL === undefined ? undefined : relayIdentity(config.RELAY_URL), webOfTrust };
 }
 
 /**
@@ -54,9 +59,11 @@ export function policyFrom(config: Config, moderation: ModerationSource = static
  * and blocked addresses, rate limits and the size and time limits (the anti-spam NIP-11 leaves out,
  * the limits announced on their own), and a write-policy plugin, which may be a whitelist or only a
  * spam filter: the relay cannot tell, and a client that reads true may not publish here at all.
+ * A web of trust (WOT_ROOTS) counts: most pubkeys may not publish.
  */
 export function writesRestricted(policy: Policy, authRequired: Config['AUTH_REQUIRED']): boolean {
   const lists = policy.moderation.current;
+  if (policy.webOfTrust) return true;
   return policy.limits.minPowDifficulty > 0 || authRequired !== 'none' || lists.allowedPubkeys.size > 0 || lists.allowedKinds.size > 0;
 }
 

@@ -8,6 +8,7 @@ import { prefixOf } from '../nostr/reason.js';
 import type { PluginAction, WritePluginState } from '../policy/write-plugin.js';
 import type { ArchiveStatus } from '../store/archive.js';
 import type { PreparedEvent } from '../store/prepared-event.js';
+import type { WebOfTrustState } from '../store/web-of-trust.js';
 
 /** Kinds that get their own label on stored events; every other kind counts as "other". */
 const LABELLED_KINDS = new Set([0, 1, 3, 4, 5, 6, 7, 16, 62, 1059, 1111, 9735, 10002, 30023]);
@@ -72,6 +73,8 @@ export interface GaugeSources {
   walArchive?(): Promise<ArchiveStatus | undefined>;
   /** Seconds since the newest base backup in BACKUP_DIR ended (undefined when there is none), when BACKUP_DIR is set. */
   lastBackupAge?(): Promise<number | undefined>;
+  /** The web of trust (WOT_ROOTS), when configured. */
+  webOfTrust?(): WebOfTrustState;
 }
 
 /** One call per scrape for several gauges: the promise is shared for a second. */
@@ -281,6 +284,17 @@ export class RelayMetrics {
     gauge('pgrelay_db_pool_idle', 'Idle connections in the database pool', () => sources.pool().idle);
     gauge('pgrelay_db_pool_in_use', 'Database pool connections running a query or transaction', () => sources.pool().total - sources.pool().idle);
     gauge('pgrelay_db_pool_waiting', 'Queries waiting for a database connection', () => sources.pool().waiting);
+    if (sources.webOfTrust) {
+      const web = sources.webOfTrust;
+      const total = (name: string, help: string, read: () => number) =>
+        new Counter({ name, help, registers, collect() { this.reset(); this.inc(read()); } });
+      gauge('pgrelay_wot_members', 'Pubkeys in the web of trust (WOT_ROOTS) in force in this process', () => web().members);
+      gauge('pgrelay_wot_last_refresh_timestamp_seconds', 'When the web of trust in force was computed (unix seconds)', () => web().computedAt / 1000);
+      gauge('pgrelay_wot_refresh_duration_seconds', 'How long computing the web of trust in force took', () => web().durationMs / 1000);
+      total('pgrelay_wot_refreshes_total', 'Times the web of trust was computed', () => web().computations);
+      total('pgrelay_wot_refresh_failures_total', 'Computations of the web of trust that failed (the previous web stayed in force)', () => web().failures);
+      total('pgrelay_wot_refusals_total', "Events refused as not in this relay's web of trust", () => web().refusals);
+    }
   }
 
   message(verb: string): void {

@@ -28,6 +28,7 @@ import { signatureBackend } from '../nostr/schnorr.js';
 import type { HostFinder } from '../store/hosts.js';
 import { deleteExpiredEvents } from '../store/expiry.js';
 import { startRetention } from '../store/retention.js';
+import { WebOfTrustWatch } from '../store/web-of-trust.js';
 import { addressList, clientAddress, trustedProxies, type AddressList } from './client-address.js';
 import { Connection } from './connection.js';
 import { nowSeconds, type RelayContext } from './context.js';
@@ -117,7 +118,7 @@ export interface PrimaryDatabase {
 export interface RelayOptions {
   /** The hot tier's snapshot, being read back (store/hot/snapshot-load.ts). */
   snapshot?: SnapshotLoad;
-  /** Membership of the web of trust, when it is on: its members' NIP-56 reports count (policy/reports.ts). */
+  /** Membership of a web of trust in place of WOT_ROOTS' (policy/reports.ts: its members' NIP-56 reports count). */
   inWeb?: (pubkey: string) => boolean;
 }
 
@@ -134,6 +135,8 @@ export async function startRelay(config: Config, db: PrimaryDatabase, log: Logge
   let side: WriteSide | undefined;
   let reports: ReportQueue | undefined;
   const pluginState = config.WRITE_POLICY_PLUGIN ? () => side!.plugin!.state() : undefined;
+  let webOfTrust: WebOfTrustWatch | undefined;
+  const webOfTrustState = config.WOT_ROOTS.length > 0 ? () => webOfTrust!.state() : undefined;
   const metrics = new RelayMetrics({
     connections: () => connections.size,
     subscriptions: () => subscriptions.size,
@@ -154,6 +157,7 @@ export async function startRelay(config: Config, db: PrimaryDatabase, log: Logge
       answeredUnreachable: tier?.stats.unreachable ?? 0,
     }),
     ...backupHealthSources(config.BACKUP_DIR, pool),
+    webOfTrust: webOfTrustState,
   });
   const tierBytes = hotTierBytes(config.HOT_TIER_MB);
   // Every event arrives through side.admission; what any process, host or import commits reaches
@@ -169,11 +173,13 @@ export async function startRelay(config: Config, db: PrimaryDatabase, log: Logge
   // NIP-56 reports from trusted reporters feed the moderation queue; REPORTS_HIDE_AT withholds the
   // most reported events (store/reports.ts). Started before the relay listens, so it withholds at once.
   reports = await new ReportQueue(pool, log, {
-    trusted: trustedReporter({ admins: config.ADMIN_PUBKEYS, moderation, inWeb: options.inWeb }),
+    trusted: trustedReporter({ admins: config.ADMIN_PUBKEYS, moderation, inWeb: options.inWeb ?? (policy.webOfTrust && ((pubkey) => policy.webOfTrust!.has(pubkey))) }),
     hideAt: config.REPORTS_HIDE_AT > 0 ? config.REPORTS_HIDE_AT : undefined,
   }).start(changes);
   moderation.onChange(() => void reports?.refresh());
   const withheld = config.REPORTS_HIDE_AT > 0 ? () => reports?.withheld : undefined;
+  // WOT_ROOTS: the web the write rule reads, kept current from the change stream (store/web-of-trust.ts).
+  if (policy.webOfTrust) webOfTrust = new WebOfTrustWatch(policy.webOfTrust, pool, changes, log, { refreshSeconds: config.WOT_REFRESH_SECONDS });
   // The newest events in memory, kept current from the change stream (store/hot/service.ts).
   const tier = tierBytes > 0 ? new HotTierService(pool, changes, feed, log, tierBytes, undefined, undefined, config.HOT_TIER_SNAPSHOT ? config.DATA_DIR : undefined).start(options.snapshot) : undefined;
   const reads = await new ReadRouter(
@@ -235,6 +241,7 @@ export async function startRelay(config: Config, db: PrimaryDatabase, log: Logge
         subscriptions: () => subscriptions.size,
         writePlugin: pluginState,
         moderationQueue: () => reports!.size,
+        webOfTrust: webOfTrustState,
       }).start()
     : undefined;
   router.add(
@@ -392,6 +399,7 @@ export async function startRelay(config: Config, db: PrimaryDatabase, log: Logge
     const pluginClosed = writePlugin?.close();
     moderation.stop();
     reports?.stop();
+    await webOfTrust?.stop();
     status?.stop();
     heartbeat.stop();
     clearInterval(sweep);
@@ -422,6 +430,8 @@ export async function startRelay(config: Config, db: PrimaryDatabase, log: Logge
   };
 
   try {
+    // The web is computed before the first client: no write is judged against a web not yet known.
+    await webOfTrust?.start();
     await new Promise<void>((resolve, reject) => {
       http.once('error', reject);
       http.listen(config.PORT, config.HOST, () => resolve());

@@ -4,6 +4,7 @@
 import type pg from 'pg';
 import type { Logger } from '../log.js';
 import type { WritePluginState } from '../policy/write-plugin.js';
+import type { WebOfTrustState } from '../store/web-of-trust.js';
 import type { RelayMetrics } from './metrics.js';
 
 const HISTORY = 600; // seconds kept
@@ -30,6 +31,8 @@ export interface StatusSources {
   writePlugin?(): WritePluginState;
   /** Entries of the moderation queue (store/reports.ts): reported events and pubkeys awaiting an admin. */
   moderationQueue?(): { events: number; pubkeys: number };
+  /** The web of trust, when WOT_ROOTS is set (the page shows its size and last computation only then). */
+  webOfTrust?(): WebOfTrustState;
 }
 
 export class StatusSampler {
@@ -113,6 +116,7 @@ export class StatusSampler {
       database: this.database,
       ...(this.s.writePlugin && { writePlugin: this.s.writePlugin() }),
       ...(this.s.moderationQueue && { moderationQueue: this.s.moderationQueue() }),
+      ...(this.s.webOfTrust && { webOfTrust: this.s.webOfTrust() }),
     };
   }
 

@@ -366,3 +366,31 @@ describe('reports stored while no relay ran', () => {
     }
   });
 });
+
+describe('with WOT_ROOTS', () => {
+  it("a member of the relay's web of trust is a trusted reporter; a key outside it cannot even publish the report", async () => {
+    const root = newSigner();
+    const follower = newSigner();
+    const outsider = newSigner();
+    const relay = await startTestRelay({ WOT_ROOTS: root.pubkey, WOT_DEPTH: '1', ADMIN_PUBKEYS: npubEncode(admin.pubkey) });
+    const client = await TestClient.connect(relay.url);
+    try {
+      const reported = root.sign({ content: unique('note') });
+      expect(await client.publish(reported)).toEqual([true, '']);
+      expect(await client.publish(root.sign({ kind: 3, tags: [['p', follower.pubkey]], content: '' }))).toEqual([true, '']);
+      const byFollower = () => follower.sign({ kind: 1984, tags: [['e', reported.id, 'spam'], ['p', root.pubkey]], content: unique('report') });
+      // The web is computed again shortly after the root's follow list: until then the follower is outside it.
+      let r = byFollower();
+      await until(async () => (await client.publish(r))[0] || ((r = byFollower()), false), 'the follower inside the web');
+      await until(async () => (await relay.db.pool.query("SELECT 1 FROM reports WHERE id = decode($1, 'hex') AND trusted", [r.id])).rowCount === 1, 'the report counted');
+      const listed = await rpc(httpOf(relay.url), admin, 'listeventsneedingmoderation', []);
+      expect(listed.body.result).toEqual([{ id: reported.id, reason: '1 reporter: spam (1)' }]);
+
+      const fromOutside = outsider.sign({ kind: 1984, tags: [['e', reported.id, 'spam']], content: unique('report') });
+      expect(await client.publish(fromOutside)).toEqual([false, "blocked: not in this relay's web of trust"]);
+    } finally {
+      client.close();
+      await relay.close();
+    }
+  });
+});

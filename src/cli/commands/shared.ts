@@ -7,6 +7,7 @@ import { staticModeration } from '../../policy/moderation.js';
 import { policyFrom, type Policy } from '../../policy/policy.js';
 import { openDatabase, type Database } from '../../store/database.js';
 import { loadModeration } from '../../store/moderation.js';
+import { computeWebOfTrust } from '../../store/web-of-trust.js';
 
 export { UsageError } from '../command.js';
 
@@ -19,9 +20,14 @@ export function openStore(config: Config, log: Logger): Promise<Database> {
   return openDatabase({ ...config, QUERY_TIMEOUT_MS: 0 }, log, { ownEmbeddedServer: false });
 }
 
-/** The relay's rules for an import, with the operator's lists as they are now (bans hold in imports too). */
+/**
+ * The relay's rules for an import, with the operator's lists as they are now (bans hold in imports
+ * too), and the web of trust (WOT_ROOTS) as the stored follow lists make it when the command starts.
+ */
 export async function importPolicy(config: Config, db: Database): Promise<Policy> {
-  return policyFrom(config, staticModeration((await loadModeration(db.pool)).lists));
+  const policy = policyFrom(config, staticModeration((await loadModeration(db.pool)).lists));
+  if (policy.webOfTrust) policy.webOfTrust.current = await computeWebOfTrust(db.pool, policy.webOfTrust.settings);
+  return policy;
 }
 
 /** node:util parseArgs, with errors turned into UsageError. */

@@ -8,6 +8,7 @@ import { openWriteSide } from '../../admission/write-side.js';
 import type { Config } from '../../config.js';
 import type { Logger } from '../../log.js';
 import type { Database } from '../../store/database.js';
+import { WebOfTrustWatch } from '../../store/web-of-trust.js';
 import type { RouterHost } from './host.js';
 
 export interface StandaloneHost extends RouterHost {
@@ -17,6 +18,8 @@ export interface StandaloneHost extends RouterHost {
 export async function openStandaloneHost(config: Config, db: Database, log: Logger): Promise<StandaloneHost> {
   // The links bound what they hand the plugin (backpressure), so it queues rather than answer busy.
   const side = await openWriteSide(config, db, log, { plugin: { maxQueued: Infinity } });
+  // WOT_ROOTS: the web kept current as the relay keeps it, before the first stream starts.
+  const web = side.policy.webOfTrust && (await new WebOfTrustWatch(side.policy.webOfTrust, db.pool, side.changes, log, { refreshSeconds: config.WOT_REFRESH_SECONDS }).start());
   return {
     pool: db.pool,
     log,
@@ -32,6 +35,7 @@ export async function openStandaloneHost(config: Config, db: Database, log: Logg
       await side.writerPool.end();
       await side.feed.stop();
       side.moderation.stop();
+      await web?.stop();
       await Promise.all([side.verifier.close(), side.plugin?.close()]);
     },
   };
