@@ -13,6 +13,7 @@ import { moderationRules, staticModeration, type ModerationSource } from './mode
 import { powRule } from './pow.js';
 import { privateKindsRule } from './private-kinds.js';
 import { protectedEvent, repostOfProtected } from './protected.js';
+import { authKindsRule, broadFilterRule, limitCapsRule } from './read-rules.js';
 import type { ReadRule, Session, WriteRule } from './session.js';
 import { vanishWithoutRelay } from './vanish.js';
 
@@ -43,7 +44,13 @@ export function policyFrom(config: Config, moderation: ModerationSource = static
     addressTooLong,
     vanishWithoutRelay,
   ]);
-  const read = present<ReadRule>([authRequiredForReads(config.AUTH_REQUIRED), privateKindsRule(config.RESTRICTED_READ_KINDS)]);
+  const read = present<ReadRule>([
+    authRequiredForReads(config.AUTH_REQUIRED),
+    broadFilterRule(config.READ_REFUSE_BROAD),
+    privateKindsRule(config.RESTRICTED_READ_KINDS),
+    authKindsRule(config.READ_AUTH_KINDS),
+    limitCapsRule(config.READ_LIMIT_CAPS),
+  ]);
   return { limits, write, read, moderation, relay: config.RELAY_URL === undefined ? undefined : relayIdentity(config.RELAY_URL) };
 }
 
