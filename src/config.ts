@@ -7,6 +7,7 @@ import { z } from 'zod';
 import { parseDatabaseUrl } from './store/database-url.js';
 import { pubkeyFromText } from './nostr/nip19.js';
 import { checkSecret } from './store/webhook-secret.js';
+import { parseLimitCaps, type LimitCaps } from './policy/read-rules.js';
 
 const int = (min: number, max = Number.MAX_SAFE_INTEGER) => z.coerce.number().int().min(min).max(max);
 const rate = z.coerce.number().min(0).max(1_000_000); // per second or minute; 0 = off; fractions allowed
@@ -42,6 +43,17 @@ const pubkeyList = z
   .optional()
   .refine((v) => items(v).every((x) => pubkeyHex(x) !== undefined), 'comma-separated pubkeys, 64 lowercase hex or npub')
   .transform((v) => [...new Set(items(v).map((x) => pubkeyHex(x)!))]);
+/** READ_LIMIT_CAPS: "search:100,time:100,default:1000" → caps by filter shape (policy/read-rules.ts); unset or empty: none. */
+const limitCaps = z
+  .string()
+  .optional()
+  .transform((v, ctx): LimitCaps | undefined => {
+    if (v === undefined || v.trim() === '') return undefined;
+    const parsed = parseLimitCaps(v);
+    if (parsed.ok) return parsed.caps;
+    ctx.addIssue({ code: 'custom', message: `${parsed.problem}; comma-separated shape:events, e.g. search:100,time:100,default:1000` });
+    return z.NEVER;
+  });
 const exemptList = z
   .string()
   .optional()
@@ -292,6 +304,21 @@ const internet = section('On the public internet', 'TLS, proxies, NIP-42 AUTH, p
   RESTRICTED_READ_KINDS: documented(
     kindList.default([4, 1059]),
     'Kinds served only to a connection on which their author or a pubkey in their `p` tags is authenticated, in REQ, COUNT and live delivery: DMs (4) and gift wraps (1059). Comma-separated; empty serves every kind to everyone.', { example: '4,1059,30078' },
+  ),
+  READ_REFUSE_BROAD: documented(
+    bool.default(false),
+    'Refuse a REQ, COUNT or NEG-OPEN with a filter that names no `ids`, `authors`, `kinds`, `#x` tag or `search` and gives no `since` (`{"limit":100}`, which reads the newest events of every kind by everyone): `CLOSED "blocked: …"` (docs/moderation.md).',
+    { example: 'true' },
+  ),
+  READ_LIMIT_CAPS: documented(
+    limitCaps,
+    'Caps on a REQ filter\'s `limit` by its shape, the first of `ids`, `search`, `authors`, `tags` (a `#x` key), `kinds` it has, or `time` (none of them); `default` caps the shapes not named. A larger limit is lowered to the cap, not refused; MAX_LIMIT applies first. Comma-separated `shape:events`; unset caps nothing (docs/moderation.md).',
+    { unit: 'events', example: 'search:100,time:100,default:1000' },
+  ),
+  READ_AUTH_KINDS: documented(
+    kindList.default([]),
+    'Kinds served only to connections with a NIP-42 authenticated pubkey (any). Without AUTH, a REQ, COUNT or NEG-OPEN naming one is answered `CLOSED "auth-required: …"`, and a filter without `kinds` is answered without them, live delivery included. Comma-separated; a kind also in RESTRICTED_READ_KINDS stays private (docs/moderation.md).',
+    { example: '30023,30024' },
   ),
   RATE_LIMIT_EVENTS_PER_SECOND: documented(
     rate.default(10),

@@ -152,3 +152,40 @@ describe('configuration of the web of trust', () => {
     refused({ [variable]: value }, variable);
   });
 });
+
+describe('configuration of the read rules', () => {
+  it('has them off by default', () => {
+    const c = parseConfig({});
+    expect(c).toMatchObject({ READ_REFUSE_BROAD: false, READ_AUTH_KINDS: [] });
+    expect(c.READ_LIMIT_CAPS).toBeUndefined();
+    expect(parseConfig({ READ_LIMIT_CAPS: '' }).READ_LIMIT_CAPS).toBeUndefined();
+  });
+
+  it('reads READ_LIMIT_CAPS as a cap per shape, spaces allowed around commas and colons', () => {
+    expect(parseConfig({ READ_LIMIT_CAPS: 'search:100, time : 50,default:1000' }).READ_LIMIT_CAPS).toEqual({ search: 100, time: 50, default: 1000 });
+    expect(parseConfig({ READ_LIMIT_CAPS: 'ids:1,authors:2,tags:3,kinds:4' }).READ_LIMIT_CAPS).toEqual({ ids: 1, authors: 2, tags: 3, kinds: 4 });
+  });
+
+  it.each([
+    ['search', 'not shape:events'],
+    ['search:', 'not shape:events'],
+    ['search=100', 'not shape:events'],
+    ['search:1.5', 'not shape:events'],
+    ['search:-1', 'not shape:events'],
+    ['search:100,', 'not shape:events'],
+    ['search:0', 'must be 1 or more'],
+    ['hashtags:10', 'not a shape'],
+    ['Search:10', 'not shape:events'],
+    ['kinds:10,kinds:20', 'given twice'],
+  ])('refuses READ_LIMIT_CAPS=%s (%s)', (value, problem) => {
+    refused({ READ_LIMIT_CAPS: value }, `READ_LIMIT_CAPS=.*${problem}`);
+  });
+
+  it.each(['70000', '1;2', 'longform', '1,,2'])('refuses READ_AUTH_KINDS=%s', (value) => {
+    refused({ READ_AUTH_KINDS: value }, 'READ_AUTH_KINDS');
+  });
+
+  it.each(['yes', 'on', '2'])('refuses READ_REFUSE_BROAD=%s', (value) => {
+    refused({ READ_REFUSE_BROAD: value }, 'READ_REFUSE_BROAD');
+  });
+});

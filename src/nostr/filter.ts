@@ -18,9 +18,10 @@ export interface Filter {
   until?: number;
   limit: number; // already defaulted and clamped; 0 means "no stored events, live only"
   /**
-   * Set by a read rule (policy/private-kinds.ts), never by a client: events of these kinds match
-   * only when their author, or a pubkey in one of their `p` tags, is one of `readers`. `readers` is
-   * the connection's live set of authenticated pubkeys, so a later AUTH widens live delivery.
+   * Set by the read rules that hide kinds (policy/private-kinds.ts hideKinds), never by a client:
+   * events of these kinds match only when their author, or a pubkey in one of their `p` tags, is one
+   * of `readers`. `readers` is the connection's live set of authenticated pubkeys, so a later AUTH
+   * widens live delivery.
    */
   privateKinds?: PrivateKinds;
   /** The first value of the filter's first `#tag` key, as sent: the NIP-45 HLL offset (nostr/hll.ts). */

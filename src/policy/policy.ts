@@ -13,6 +13,7 @@ import { moderationRules, staticModeration, type ModerationSource } from './mode
 import { powRule } from './pow.js';
 import { privateKindsRule } from './private-kinds.js';
 import { protectedEvent, repostOfProtected } from './protected.js';
+import { authKindsRule, broadFilterRule, limitCapsRule } from './read-rules.js';
 import type { ReadRule, Session, WriteRule } from './session.js';
 import { vanishWithoutRelay } from './vanish.js';
 import { webOfTrustFrom, webOfTrustRule, type WebOfTrust } from './web-of-trust.js';
@@ -48,7 +49,13 @@ export function policyFrom(config: Config, moderation: ModerationSource = static
     addressTooLong,
     vanishWithoutRelay,
   ]);
-  const read = present<ReadRule>([authRequiredForReads(config.AUTH_REQUIRED), privateKindsRule(config.RESTRICTED_READ_KINDS)]);
+  const read = present<ReadRule>([
+    authRequiredForReads(config.AUTH_REQUIRED),
+    broadFilterRule(config.READ_REFUSE_BROAD),
+    privateKindsRule(config.RESTRICTED_READ_KINDS),
+    authKindsRule(config.READ_AUTH_KINDS),
+    limitCapsRule(config.READ_LIMIT_CAPS),
+  ]);
   return { limits, write, read, moderation, relay: config.RELAY_URL === undefined ? undefined : relayIdentity(config.RELAY_URL), webOfTrust };
 }
 
@@ -76,13 +83,38 @@ export function checkWrite(policy: Policy, event: NostrEvent, session: Session, 
   return undefined;
 }
 
-/** A REQ's or COUNT's filters narrowed to what the session may see, or the reason it is refused. */
-export function checkRead(policy: Policy, filters: Filter[], session: Session): { ok: true; filters: Filter[] } | { ok: false; reason: Reason } {
+/** What asks to read: a rule may narrow some only (ReadRule.reqOnly). */
+export type ReadRequest = 'REQ' | 'COUNT' | 'NEG-OPEN';
+
+/**
+ * A REQ's, COUNT's or NEG-OPEN's filters narrowed to what the session may see, with the names of the
+ * rules that changed one (none: undefined); or the reason it is refused and the rule that refused it.
+ */
+export function checkRead(
+  policy: Policy,
+  filters: Filter[],
+  session: Session,
+  request: ReadRequest = 'REQ',
+): { ok: true; filters: Filter[]; narrowedBy?: string[] } | { ok: false; reason: Reason; rule: string } {
   for (const rule of policy.read) {
     const refusal = rule.refuse?.(filters, session);
-    if (refusal) return { ok: false, reason: refusal };
+    if (refusal) return { ok: false, reason: refusal, rule: rule.name };
   }
+  // Copied only when a rule changes a filter: most REQs pass every rule as they are.
   let narrowed = filters;
-  for (const rule of policy.read) if (rule.narrow) narrowed = narrowed.map((f) => rule.narrow!(f, session));
-  return { ok: true, filters: narrowed };
+  let narrowedBy: string[] | undefined;
+  for (const rule of policy.read) {
+    if (!rule.narrow || (rule.reqOnly && request !== 'REQ')) continue;
+    let changed = false;
+    for (let i = 0; i < narrowed.length; i++) {
+      const f = narrowed[i]!;
+      const g = rule.narrow(f, session);
+      if (g === f) continue;
+      if (narrowed === filters) narrowed = [...filters];
+      narrowed[i] = g;
+      changed = true;
+    }
+    if (changed) (narrowedBy ??= []).push(rule.name);
+  }
+  return narrowedBy ? { ok: true, filters: narrowed, narrowedBy } : { ok: true, filters: narrowed };
 }

@@ -28,7 +28,29 @@ export function privateKindsRule(kinds: readonly number[]): ReadRule | undefined
       const readers = session.pubkeys;
       // Nothing private can match, or everything that can is the session's own: no condition needed.
       if (noneHidden(filter) || allOf(filter.authors, readers) || filter.tags.some((t) => t.name === 'p' && allOf(t.values, readers))) return filter;
-      return { ...filter, privateKinds: { kinds: hidden, readers } };
+      return hideKinds(filter, hidden, readers);
     },
   };
+}
+
+const unions = new WeakMap<ReadonlySet<number>, WeakMap<ReadonlySet<number>, ReadonlySet<number>>>();
+
+/** a ∪ b, made once per pair of the rules' (constant) sets. */
+function union(a: ReadonlySet<number>, b: ReadonlySet<number>): ReadonlySet<number> {
+  if (a === b) return a;
+  let byB = unions.get(a);
+  if (!byB) unions.set(a, (byB = new WeakMap()));
+  let both = byB.get(b);
+  if (!both) byB.set(b, (both = new Set([...a, ...b])));
+  return both;
+}
+
+/**
+ * The filter with events of `kinds` left out unless their author or a `p`-tagged pubkey is among
+ * `readers` (the connection's live set): the privateKinds condition, added to any the filter already
+ * carries, so the rules that hide kinds (this one, policy/read-rules.ts) may narrow in any order.
+ */
+export function hideKinds(filter: Filter, kinds: ReadonlySet<number>, readers: ReadonlySet<string>): Filter {
+  const already = filter.privateKinds;
+  return { ...filter, privateKinds: { kinds: already ? union(already.kinds, kinds) : kinds, readers } };
 }

@@ -27,6 +27,11 @@ export type WriteRule = (event: NostrEvent, session: Session, now: number) => Re
  */
 export interface ReadRule {
   readonly name: string;
+  /**
+   * Narrows REQs only: a rule that shortens answers (a cap on limit), which COUNT ignores and NIP-77
+   * must not (it reconciles every event a filter matches).
+   */
+  readonly reqOnly?: boolean;
   refuse?(filters: readonly Filter[], session: Session): Reason | undefined;
   narrow?(filter: Filter, session: Session): Filter;
 }

@@ -12,7 +12,7 @@ import {
 import * as reason from '../nostr/reason.js';
 import { hllOffsetOf } from '../nostr/hll.js';
 import { checkAuthEvent, MAX_AUTHENTICATED_PUBKEYS } from '../policy/auth.js';
-import { checkRead } from '../policy/policy.js';
+import { checkRead, type ReadRequest } from '../policy/policy.js';
 import type { Session } from '../policy/session.js';
 import { hasSqlState, isPoolExhausted, SQLSTATE } from '../store/pg-errors.js';
 import type { ChangeFeed } from '../store/feed.js';
@@ -356,7 +356,7 @@ export class Connection {
    * Sub id and filter checks shared by REQ and COUNT, then the read rules: the filters narrowed to
    * what this session may see. Sends CLOSED and returns undefined on failure.
    */
-  private parseFilters(subId: string, inputs: unknown[]): Filter[] | undefined {
+  private parseFilters(subId: string, inputs: unknown[], request: ReadRequest): Filter[] | undefined {
     const { limits } = this.ctx;
     const refuse = (why: string) => (this.send(closedMessage(subId, why)), undefined);
     if (subId.length === 0 || subId.length > limits.maxSubidLength)
@@ -369,15 +369,23 @@ export class Connection {
       if (!parsed.ok) return refuse(parsed.reason);
       filters.push(parsed.value);
     }
-    const readable = checkRead(this.ctx.policy, filters, this.session);
+    const readable = this.checkRead(filters, request);
     return readable.ok ? readable.filters : refuse(readable.reason);
+  }
+
+  /** The read rules (policy/policy.ts), counted by rule: each refusal, and each REQ, COUNT or NEG-OPEN a rule narrowed. */
+  private checkRead(filters: Filter[], request: ReadRequest): ReturnType<typeof checkRead> {
+    const readable = checkRead(this.ctx.policy, filters, this.session, request);
+    if (!readable.ok) this.ctx.metrics.readRule(readable.rule, 'refused');
+    else if (readable.narrowedBy) for (const rule of readable.narrowedBy) this.ctx.metrics.readRule(rule, 'narrowed');
+    return readable;
   }
 
   /** One filter through the same checks and read rules, for NIP-77; no limit given means `defaultLimit`. */
   private readFilter(input: unknown, defaultLimit: number): Checked<Filter> {
     const parsed = parseFilter(input, { ...this.ctx.limits, defaultLimit, maxLimit: defaultLimit });
     if (!parsed.ok) return parsed;
-    const readable = checkRead(this.ctx.policy, [parsed.value], this.session);
+    const readable = this.checkRead([parsed.value], 'NEG-OPEN');
     return readable.ok ? { ok: true, value: readable.filters[0] } : { ok: false, reason: readable.reason };
   }
 
@@ -416,7 +424,7 @@ export class Connection {
     const previous = this.subscriptions.get(subId);
     if (previous) this.endSubscription(previous); // NIP-01: a REQ with an open id replaces it
     this.preparing.delete(subId);
-    const filters = this.parseFilters(subId, inputs);
+    const filters = this.parseFilters(subId, inputs, 'REQ');
     if (!filters) return;
     // Only a language search waits here: a REQ must reach subscriptions.set in the tick it arrived
     // in, or a second REQ with its id, read from the same packet, would not find it to replace.
@@ -491,7 +499,7 @@ export class Connection {
   /** NIP-45: one count for the union of the filters; no subscription is kept. */
   private async onCount(subId: string, inputs: unknown[]): Promise<void> {
     this.preparing.delete(subId);
-    const filters = this.parseFilters(subId, inputs);
+    const filters = this.parseFilters(subId, inputs, 'COUNT');
     if (!filters || (needsPreparing(filters) && !(await this.prepared(subId, filters)))) return;
     const started = performance.now();
     try {

@@ -135,6 +135,7 @@ export class RelayMetrics {
   private readonly pluginDecisions: Counter<'action'>;
   private readonly pluginSeconds: Histogram;
   private readonly pluginRestarts: Counter<'reason'>;
+  private readonly readRules: Counter<'rule' | 'outcome'>;
 
   constructor(sources: GaugeSources) {
     const registers = [this.registry];
@@ -225,6 +226,12 @@ export class RelayMetrics {
       name: 'pgrelay_write_plugin_restarts_total',
       help: 'Write-policy plugin restarts, by reason: exit, timeout, reload (its file changed), spawn (it could not start)',
       labelNames: ['reason'],
+      registers,
+    });
+    this.readRules = new Counter({
+      name: 'pgrelay_read_rules_total',
+      help: 'REQs, COUNTs and NEG-OPENs a read rule refused (CLOSED or NEG-ERR) or narrowed (a filter changed: kinds left out, limit capped), by rule',
+      labelNames: ['rule', 'outcome'],
       registers,
     });
     if (sources.writePlugin) {
@@ -376,6 +383,11 @@ export class RelayMetrics {
 
   pluginRestart(reason: string): void {
     this.pluginRestarts.inc({ reason });
+  }
+
+  /** A read rule refused or narrowed one REQ, COUNT or NEG-OPEN (policy/policy.ts checkRead). */
+  readRule(rule: string, outcome: 'refused' | 'narrowed'): void {
+    this.readRules.inc({ rule, outcome });
   }
 
   webhook(outcome: 'delivered' | 'failed' | 'dead', n: number): void {
