@@ -29,4 +29,4 @@ RUN mkdir -p /data && chown node:node /data
 VOLUME /data
 USER node
 EXPOSE 8008
-CMD ["node", "--max-semi-space-size=64", "dist/src/main.js"]
+CMD ["node", "--max-semi-space-size=64", "--no-allocation-site-pretenuring", "dist/src/main.js"]

@@ -14,10 +14,10 @@ export interface RelayProcess {
   stop(): Promise<void>;
 }
 
-// The compiled relay, also when this module runs from TypeScript sources (tests), with the V8 flag
+// The compiled relay, also when this module runs from TypeScript sources (tests), with the V8 flags
 // `npm start` gives it (package.json).
 const MAIN = path.join(packageRoot(), 'dist/src/main.js');
-const NODE_FLAGS = ['--max-semi-space-size=64'];
+const NODE_FLAGS = ['--max-semi-space-size=64', '--no-allocation-site-pretenuring'];
 
 /**
  * `env` overrides the relay's configuration; LOG_LEVEL stays `info`, since its start-up line carries the URL.
