@@ -57,6 +57,11 @@ export interface MembershipOptions {
   joinUrl?: string;
 }
 
+/** Whether `pubkey` is on the allow list and its membership has not ended by `now` (unix seconds). */
+export function isMember(lists: ModerationLists, pubkey: string, now: number): boolean {
+  return lists.allowedPubkeys.has(pubkey) && !((lists.allowedUntil.get(pubkey) ?? Infinity) <= now);
+}
+
 /** Unix seconds as an operator reads them: 2027-03-01T12:00:00Z. */
 export const isoSeconds = (unix: number) => new Date(unix * 1000).toISOString().replace('.000Z', 'Z');
 
@@ -71,13 +76,12 @@ export function moderationRules(source: ModerationSource, membership: Membership
       return source.current.bannedPubkeys.has(e.pubkey) ? reason.blocked('this pubkey is banned from this relay') : undefined;
     },
     function notAllowedPubkey(e, _session, now) {
-      const { allowedPubkeys: allowed, allowedUntil } = source.current;
+      const lists = source.current;
       // Expired entries keep the list non-empty: a relay whose members all expired stays private.
-      if (allowed.size === 0 && !membership.membersOnly) return undefined;
-      const member = (pubkey: string) => allowed.has(pubkey) && !((allowedUntil.get(pubkey) ?? Infinity) <= now);
-      if (member(e.pubkey)) return undefined;
-      if (e.kind === KIND_GIFT_WRAP && recipients(e.tags).some(member)) return undefined;
-      const ended = allowed.has(e.pubkey) ? allowedUntil.get(e.pubkey) : undefined;
+      if (lists.allowedPubkeys.size === 0 && !membership.membersOnly) return undefined;
+      if (isMember(lists, e.pubkey, now)) return undefined;
+      if (e.kind === KIND_GIFT_WRAP && recipients(e.tags).some((p) => isMember(lists, p, now))) return undefined;
+      const ended = lists.allowedPubkeys.has(e.pubkey) ? lists.allowedUntil.get(e.pubkey) : undefined;
       if (ended !== undefined) return reason.restricted(`your membership expired at ${isoSeconds(ended)}${renew}`);
       return reason.restricted(`this relay accepts events only from its allowed pubkeys${join}`);
     },

@@ -2,7 +2,7 @@
 // when its author is trusted at the moment a relay process reads it: an admin (ADMIN_PUBKEYS), a key
 // on the allow list whose membership has not ended, or, when the web of trust is on, one of its members. Anyone else's reports are
 // stored like any event and change nothing.
-import type { ModerationSource } from './moderation.js';
+import { isMember, type ModerationSource } from './moderation.js';
 
 export interface ReporterTrust {
   admins: readonly string[];
@@ -16,13 +16,7 @@ export type TrustedReporter = (pubkey: string) => boolean;
 
 export function trustedReporter({ admins, moderation, inWeb }: ReporterTrust): TrustedReporter {
   const adminSet = new Set(admins);
-  const member = (pubkey: string) => {
-    const { allowedPubkeys, allowedUntil } = moderation.current;
-    if (!allowedPubkeys.has(pubkey)) return false;
-    const until = allowedUntil.get(pubkey);
-    return until === undefined || until > Date.now() / 1000;
-  };
-  return (pubkey) => adminSet.has(pubkey) || member(pubkey) || (inWeb?.(pubkey) ?? false);
+  return (pubkey) => adminSet.has(pubkey) || isMember(moderation.current, pubkey, Date.now() / 1000) || (inWeb?.(pubkey) ?? false);
 }
 
 /**

@@ -8,11 +8,11 @@ import type pg from 'pg';
 import { isAddressOrCidr } from '../../config.js';
 import type { Logger } from '../../log.js';
 import { eventIdFromText, pubkeyFromText } from '../../nostr/nip19.js';
-import { checkHttpAuth } from '../../policy/http-auth.js';
 import * as memberships from '../../store/memberships.js';
 import * as moderation from '../../store/moderation.js';
 import * as reports from '../../store/reports.js';
 import * as webhooks from '../../store/webhook-endpoints.js';
+import { checkAdminAuth } from './admin-auth.js';
 import { readBody } from './body.js';
 
 export const RPC_CONTENT_TYPE = 'application/nostr+json+rpc';
@@ -186,10 +186,8 @@ export function managementHandler(o: ManagementOptions) {
     if (!body) return reply(res, 413, { error: `the request body is larger than ${MAX_BODY_BYTES} bytes` });
     const now = Math.floor(Date.now() / 1000);
     const url = o.urlOf(req);
-    const auth = checkHttpAuth({ authorization: req.headers.authorization, url: url ?? '', method: 'POST', body, now });
-    if (!auth.ok) return reply(res, 401, { error: `unauthorized: ${auth.error}` });
-    if (!admins.has(auth.pubkey))
-      return reply(res, 403, { error: admins.size ? 'forbidden: this pubkey is not an admin of this relay' : 'forbidden: this relay has no admin (ADMIN_PUBKEYS)' });
+    const auth = checkAdminAuth({ authorization: req.headers.authorization, url: url ?? '', method: 'POST', body, now }, admins);
+    if (!auth.ok) return reply(res, auth.status, { error: auth.error });
 
     let request: { method?: unknown; params?: unknown };
     try {

@@ -11,9 +11,9 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type pg from 'pg';
 import type { Logger } from '../../log.js';
 import { pubkeyFromText } from '../../nostr/nip19.js';
-import { checkHttpAuth } from '../../policy/http-auth.js';
 import { admitMembership, DAY_SECONDS, MAX_MEMBERSHIP_DAYS, type MembershipChange } from '../../store/memberships.js';
 import { secretKey, verifySignature } from '../webhook-signature.js';
+import { checkAdminAuth } from './admin-auth.js';
 import { readBody } from './body.js';
 import type { Route } from './router.js';
 
@@ -77,7 +77,6 @@ function reply(res: ServerResponse, status: number, body: object): void {
   res.writeHead(status, { 'Content-Type': 'application/json', 'Cache-Control': 'no-store' }).end(JSON.stringify(body));
 }
 
-
 const header = (req: IncomingMessage, name: string): string | undefined => {
   const v = req.headers[name];
   return Array.isArray(v) ? v.join(' ') : v;
@@ -112,10 +111,8 @@ export function membershipsRoute(o: MembershipsOptions): Route {
       } else {
         if (req.headers.authorization === undefined)
           return reply(res, 401, { error: 'unauthorized: sign the request as a Standard Webhook (MEMBERSHIP_WEBHOOK_SECRET) or with a NIP-98 Authorization header of an admin' });
-        const auth = checkHttpAuth({ authorization: req.headers.authorization, url: o.urlOf(req) ?? '', method: 'POST', body, now });
-        if (!auth.ok) return reply(res, 401, { error: `unauthorized: ${auth.error}` });
-        if (!admins.has(auth.pubkey))
-          return reply(res, 403, { error: admins.size ? 'forbidden: this pubkey is not an admin of this relay' : 'forbidden: this relay has no admin (ADMIN_PUBKEYS)' });
+        const auth = checkAdminAuth({ authorization: req.headers.authorization, url: o.urlOf(req) ?? '', method: 'POST', body, now }, admins);
+        if (!auth.ok) return reply(res, auth.status, { error: auth.error });
         requestId = `nip98:${auth.id}`;
         via = 'admin';
       }
