@@ -66,12 +66,13 @@ export function policyFrom(config: Config, moderation: ModerationSource = static
  * and blocked addresses, rate limits and the size and time limits (the anti-spam NIP-11 leaves out,
  * the limits announced on their own), and a write-policy plugin, which may be a whitelist or only a
  * spam filter: the relay cannot tell, and a client that reads true may not publish here at all.
- * A web of trust (WOT_ROOTS) counts: most pubkeys may not publish.
+ * A web of trust (WOT_ROOTS) counts: most pubkeys may not publish. So does RELAY_PAYMENT_REQUIRED:
+ * a relay that charges admits members only (moderation.ts), even before it has any.
  */
-export function writesRestricted(policy: Policy, authRequired: Config['AUTH_REQUIRED']): boolean {
+export function writesRestricted(policy: Policy, config: Pick<Config, 'AUTH_REQUIRED' | 'RELAY_PAYMENT_REQUIRED'>): boolean {
   const lists = policy.moderation.current;
-  if (policy.webOfTrust) return true;
-  return policy.limits.minPowDifficulty > 0 || authRequired !== 'none' || lists.allowedPubkeys.size > 0 || lists.allowedKinds.size > 0;
+  if (policy.webOfTrust || config.RELAY_PAYMENT_REQUIRED) return true;
+  return policy.limits.minPowDifficulty > 0 || config.AUTH_REQUIRED !== 'none' || lists.allowedPubkeys.size > 0 || lists.allowedKinds.size > 0;
 }
 
 /** The first write rule's refusal, or undefined when every rule lets the event through. */

@@ -44,8 +44,7 @@ export function relayInformation(config: Config, policy: Policy) {
       // NIP-11: auth_required means AUTH before any other action; AUTH_REQUIRED=writes restricts writes only.
       auth_required: config.AUTH_REQUIRED === 'all',
       payment_required: config.RELAY_PAYMENT_REQUIRED,
-      // A relay that charges admits members only (policy/moderation.ts), even before it has any.
-      restricted_writes: config.RELAY_PAYMENT_REQUIRED || writesRestricted(policy, config.AUTH_REQUIRED),
+      restricted_writes: writesRestricted(policy, config),
       created_at_lower_limit: limits.createdAtPastSeconds || undefined,
       created_at_upper_limit: limits.createdAtFutureSeconds,
     },
