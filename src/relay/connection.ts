@@ -63,6 +63,8 @@ class Subscription implements Subscriber {
    * Set only if a live event arrives meanwhile, which most subscriptions never see.
    */
   private recent: string[] | Set<string> | undefined;
+  /** The feed, and its readMark() at EOSE: `recent` is kept until feed.readSince(mark). */
+  private recentUntil: { feed: ChangeFeed; mark: number } | undefined;
 
   constructor(
     readonly id: string,
@@ -79,6 +81,10 @@ class Subscription implements Subscriber {
 
   private sentRecently(id: string): boolean {
     if (this.recent === undefined) return false;
+    if (this.recentUntil!.feed.readSince(this.recentUntil!.mark)) {
+      this.recent = this.recentUntil = undefined;
+      return false;
+    }
     if (Array.isArray(this.recent)) this.recent = new Set(this.recent);
     return this.recent.has(id);
   }
@@ -97,16 +103,21 @@ class Subscription implements Subscriber {
    * EOSE (unless it went with the stored events), then whatever went live meanwhile and was not
    * already among the stored events. Another process's event can be in the query's answer and still
    * be on its way through the feed (store/feed.ts): its ids stay here until a feed read that starts
-   * now has finished.
+   * now has finished and delivered what it read. Asked when an event arrives, not called back by the
+   * feed: a callback would hold every answered REQ (its subscription and ids) until the next read,
+   * up to a second on a relay that writes little, long enough for V8 to copy them from the young
+   * generation at every minor collection and then promote them (docs/scaling.md).
    */
   goLive(feed: ChangeFeed, eoseSent: boolean): void {
     const sent = this.sent!;
     this.sent = undefined;
     if (!eoseSent) this.connection.send(eoseMessage(this.id));
-    if (sent.length > 0) this.recent = sent;
+    if (sent.length > 0) {
+      this.recent = sent;
+      this.recentUntil = { feed, mark: feed.readMark() };
+    }
     for (const { id, raw } of this.queued) if (!this.sentRecently(id)) this.connection.send(eventMessage(this.id, raw));
     this.queued = [];
-    if (this.recent) feed.afterNextRead(() => (this.recent = undefined));
   }
 }
 

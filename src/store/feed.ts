@@ -172,6 +172,10 @@ export class ChangeFeed implements OwnTransactions {
   private hearingSince = 0;
   private nextHearing: { done: Promise<boolean>; resolve: (listening: boolean) => void } | undefined;
   private waiting: Array<() => void> = [];
+  /** Reads started so far: each read is numbered by this count as it starts (readMark). */
+  private readsStarted = 0;
+  /** The number of the last read whose events have reached the change stream's listeners. */
+  private readsAnnounced = 0;
   /** nextRead's promise for the read that starts next (shared by its callers). */
   private nextReadDone: Promise<void> | undefined;
   private readonly timers: NodeJS.Timeout[] = [];
@@ -340,6 +344,20 @@ export class ChangeFeed implements OwnTransactions {
     );
   }
 
+  /** A mark for readSince: the reads started until now. */
+  readMark(): number {
+    return this.readsStarted;
+  }
+
+  /**
+   * Whether a read that started after readMark() gave `mark` has finished and what it read has
+   * reached the change stream's listeners: afterNextRead as a question, for whoever can ask it
+   * lazily (Subscription.sentRecently) rather than be called back, and so be held by the feed.
+   */
+  readSince(mark: number): boolean {
+    return this.readsAnnounced > mark;
+  }
+
   /** Calls `fn` once a read that starts after this call has finished (see Subscription.goLive). */
   afterNextRead(fn: () => void): void {
     this.waiting.push(fn);
@@ -381,6 +399,7 @@ export class ChangeFeed implements OwnTransactions {
     this.waiting = [];
     this.nextReadDone = undefined; // its read starts now: later callers wait for the one after
     const upTo = (this.readingUpTo = this.heard);
+    const number = ++this.readsStarted;
     this.reading = this.read()
       .then(
         () => {
@@ -390,7 +409,10 @@ export class ChangeFeed implements OwnTransactions {
           // What it published reaches the change stream's listeners (the tier) on the next turn
           // (changes.ts): only then does it count as read for `current` and caughtUp().
           this.announcing = upTo;
-          setImmediate(() => this.readThroughTo(upTo));
+          setImmediate(() => {
+            this.readsAnnounced = number;
+            this.readThroughTo(upTo);
+          });
         },
         (err) => {
           if (!this.failing) this.log.warn({ err: (err as Error).message }, 'live feed: reading new events failed, retrying');

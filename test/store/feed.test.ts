@@ -187,6 +187,36 @@ describe('ChangeFeed', () => {
     }
   });
 
+
+  it('readSince(mark) turns true once a read begun after the mark has delivered what it read, not for a read under way at the mark', async () => {
+    const { changes } = await startFeed();
+    const mark = feed!.readMark();
+    expect(feed!.readSince(mark)).toBe(false);
+    const e = event();
+    let sinceWhenDelivered: boolean | undefined;
+    changes.subscribe((c) => {
+      if (c.type === 'stored' && c.events.some((p) => p.event.id === e.id)) sinceWhenDelivered = feed!.readSince(mark);
+    });
+    const client = await db.pool.connect();
+    try {
+      await insert(client, e);
+    } finally {
+      client.release();
+    }
+    await until(() => feed!.readSince(mark), 'a read begun after the mark');
+    // Its event reached the listeners before the read counted: a subscription that keeps the ids
+    // it sent as stored until readSince cannot be sent that event again as live.
+    expect(sinceWhenDelivered).toBe(false);
+
+    // A read under way when the mark is taken does not count; the next one does.
+    feed!.requestRead(true);
+    const during = feed!.readMark();
+    await until(() => feed!.readSince(during - 1), 'the read under way');
+    await new Promise((r) => setTimeout(r, 50));
+    expect(feed!.readSince(during)).toBe(false);
+    feed!.requestRead(true);
+    await until(() => feed!.readSince(during), 'a read begun after the second mark');
+  });
   it('announces a released transaction that a read has not passed, though nothing ended since the last snapshot', async () => {
     const { ids } = await startFeed();
     // An older transaction left open holds the horizon below the claimed one.
