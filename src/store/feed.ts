@@ -9,7 +9,8 @@
 // Exactly once, although transactions commit out of their txid order: the feed keeps a horizon, a
 // txid below which every transaction has been delivered, and the set of transactions at or above it
 // it has already delivered (including this process's own, which the writer claims before COMMIT and
-// announces itself). Each read takes the rows of undelivered transactions from the horizon on, and
+// announces itself; a batch written in one round trip is settled after its COMMIT instead, and
+// announced by whichever of the writer and a read gets there first: see expect and settle). Each read takes the rows of undelivered transactions from the horizon on, and
 // then moves the horizon to the snapshot's xmin: PostgreSQL guarantees every transaction below it has
 // finished, so a transaction still in flight, whatever its txid, is never stepped past. A write
 // transaction left open for long holds the horizon back; reads then cost more, but stay exact.
@@ -143,6 +144,8 @@ export class ChangeFeed implements OwnTransactions {
   private readonly done = new Set<bigint>();
   /** The last row delivered of a transaction read only in part (a page ended inside it). */
   private partial: { txid: bigint; seq: bigint } | undefined;
+  /** Server backends running a writer transaction not settled yet (expect), with how many. */
+  private readonly expecting = new Map<number, number>();
   /** Transactions the writer claimed and then released after the horizon had passed them. */
   private readonly released = new Set<bigint>();
   private listener: pg.Client | undefined;
@@ -241,6 +244,37 @@ export class ChangeFeed implements OwnTransactions {
 
   claim(txid: string): void {
     this.done.add(BigInt(txid));
+  }
+
+  /**
+   * A transaction of this process's writer whose txid comes only with its COMMIT's answer (write.ts
+   * writePlainBatch: one round trip) runs on server backend `pid`: a NOTIFY from that backend is its
+   * commit, which the writer announces (settle), so it does not call for a read.
+   */
+  expect(pid: number): void {
+    this.expecting.set(pid, (this.expecting.get(pid) ?? 0) + 1);
+  }
+
+  /**
+   * The answer of expect()'s transaction: it committed as `txid`, stored nothing (null), or the
+   * answer was lost (undefined: whatever it committed is read, as for a released claim). True when the writer is to announce
+   * what it stored; false when a read got there first and announced it (a read that began after the
+   * COMMIT and ended before its answer was handled: its rows below the horizon, in `done`, or being
+   * paged through), or when there is no txid.
+   */
+  settle(pid: number, txid: string | null | undefined): boolean {
+    const left = (this.expecting.get(pid) ?? 1) - 1;
+    if (left > 0) this.expecting.set(pid, left);
+    else this.expecting.delete(pid);
+    if (txid === null) return false; // it stored nothing
+    if (txid === undefined) {
+      this.heardOf();
+      return false;
+    }
+    const t = BigInt(txid);
+    if (t < this.horizon || this.done.has(t) || this.partial?.txid === t) return false;
+    this.done.add(t);
+    return true;
   }
 
   release(txid: string): void {
@@ -573,7 +607,7 @@ export class ChangeFeed implements OwnTransactions {
     };
     client.on('error', lost);
     client.on('end', () => lost());
-    client.on('notification', (n) => this.onNotification(n.channel, n.payload ?? ''));
+    client.on('notification', (n) => this.onNotification(n.channel, n.payload ?? '', n.processId));
     try {
       await client.connect();
       await client.query(`LISTEN ${EVENTS_CHANNEL}; LISTEN ${EPHEMERAL_CHANNEL}`);
@@ -602,10 +636,11 @@ export class ChangeFeed implements OwnTransactions {
     this.reconnectMs = Math.min(this.reconnectMs * 2, 5000);
   }
 
-  private onNotification(channel: string, payload: string): void {
+  private onNotification(channel: string, payload: string, pid: number): void {
     if (channel === EVENTS_CHANNEL) {
-      // This process's own transaction: the writer announced it already.
+      // This process's own transaction: the writer announced it already, or will (settle).
       if (/^\d+$/.test(payload) && this.done.has(BigInt(payload))) return;
+      if (this.expecting.has(pid)) return;
       return this.heardOf();
     }
     // One at a time, so a payload that needs a fetch does not let later ones overtake it.

@@ -45,6 +45,19 @@ export class WebhookOutbox implements Outbox {
     return this.endpoints.length;
   }
 
+  /** The generation the endpoints were read at, once prepare() has run. */
+  get knownGeneration(): string | undefined {
+    return this.generation;
+  }
+
+  /**
+   * prepare()'s shared lock alone, for a batch that compares the generation itself in the statement
+   * that writes it (write.ts writePlainBatch): one statement, nothing that waits for its answer.
+   */
+  lock(client: pg.PoolClient): Promise<unknown> {
+    return client.query(`SELECT pg_advisory_xact_lock_shared(${LOCK})`);
+  }
+
   /**
    * In a writing transaction, before its events are enqueued: takes the shared lock and re-reads the
    * endpoints if they changed since the last batch.

@@ -4,7 +4,7 @@
 // after this commits, so an acknowledged event is durable.
 import type pg from 'pg';
 import { KIND_DELETION, KIND_GIFT_WRAP, KIND_VANISH } from '../nostr/kinds.js';
-import { addressKey, addressOf, deletionTargets, planBatch, vanishKeys, type BatchPlan, type DeletionRequest, type StoredFacts, type VanishRequest } from './plan-batch.js';
+import { addressKey, addressOf, DELETED_BY_AUTHOR, deletionTargets, planBatch, VANISHED, vanishKeys, type BatchPlan, type DeletionRequest, type StoredFacts, type VanishRequest } from './plan-batch.js';
 import { BinaryArray, OID } from './binary-array.js';
 import { lsnValue } from './lsn.js';
 import { storedSearch, type PreparedEvent, type WriteResult } from './prepared-event.js';
@@ -235,7 +235,15 @@ export async function applyVanishes(client: pg.PoolClient, vanishes: VanishReque
 /** Inserts the events and their tag rows in one statement; returns the ids actually inserted. */
 async function insertRows(client: pg.PoolClient, inserts: PreparedEvent[]): Promise<Set<string>> {
   if (inserts.length === 0) return new Set();
-  // Binary arrays (binary-array.ts): nothing escaped here, nothing parsed back there.
+  const { rows } = await client.query<{ id: string }>(INSERT(rowParameters(inserts)));
+  return new Set(rows.map((r) => r.id));
+}
+
+/**
+ * INSERT's parameters $1–$13 (PLAIN's too): the events' columns, their tag rows and search words.
+ * Binary arrays (binary-array.ts): nothing escaped here, nothing parsed back there.
+ */
+function rowParameters(inserts: PreparedEvent[]): Buffer[] {
   const n = inserts.length;
   const ids = new BinaryArray(OID.bytea, n * 36), pubkeys = new BinaryArray(OID.bytea, n * 36);
   const kinds = new BinaryArray(OID.int4, n * 8), times = new BinaryArray(OID.int8, n * 12);
@@ -261,13 +269,10 @@ async function insertRows(client: pg.PoolClient, inserts: PreparedEvent[]): Prom
       tagTimes.int8(created_at);
     }
   }
-  const { rows } = await client.query<{ id: string }>(
-    INSERT([
-      ids.done(), pubkeys.done(), kinds.done(), times.done(), dTags.done(), expiries.done(), raws.done(),
-      tags.ids.done(), tags.names.done(), tags.values.done(), tagKinds.done(), tagTimes.done(), words.done(),
-    ]),
-  );
-  return new Set(rows.map((r) => r.id));
+  return [
+    ids.done(), pubkeys.done(), kinds.done(), times.done(), dTags.done(), expiries.done(), raws.done(),
+    tags.ids.done(), tags.names.done(), tags.values.done(), tagKinds.done(), tagTimes.done(), words.done(),
+  ];
 }
 
 const INSERT = named(
@@ -315,13 +320,24 @@ export interface WriteOptions {
 export interface Outbox {
   /** Endpoints known as of the last prepare(): none, and nothing is enqueued. */
   readonly size: number;
+  /** The generation of the endpoints as of the last prepare(), once it has run. */
+  readonly knownGeneration: string | undefined;
   prepare(client: pg.PoolClient): Promise<void>;
+  /** prepare()'s lock alone (writePlainBatch compares the generation itself). */
+  lock(client: pg.PoolClient): Promise<unknown>;
   enqueue(client: pg.PoolClient, stored: PreparedEvent[]): Promise<number>;
 }
 
 export interface OwnTransactions {
   claim(txid: string): void;
   release(txid: string): void;
+  /** A transaction whose txid comes with its COMMIT's answer runs on server backend `pid` (writePlainBatch). */
+  expect(pid: number): void;
+  /**
+   * Its answer: committed as `txid`, committed nothing (null), or lost (undefined). True when the
+   * writer announces what it stored; false when the feed already has (or will: the answer was lost).
+   */
+  settle(pid: number, txid: string | null | undefined): boolean;
 }
 
 /**
@@ -337,6 +353,11 @@ export async function writeBatchStored(pool: pg.Pool, batch: PreparedEvent[], { 
   const client = await pool.connect();
   let txid: string | undefined;
   try {
+    if (!onLocked && batch.every(isPlain) && (!outbox || (outbox.size === 0 && outbox.knownGeneration !== undefined))) {
+      const written = await writePlainBatch(client, batch, { own, outbox });
+      if (written) return written;
+      // Webhook endpoints appeared since the last batch: nothing was written, the batch goes the long way.
+    }
     // The transaction's id first, so the feed is told it before COMMIT is sent.
     const [begun, , facts] = await inOrder(client, [
       () => client.query(`BEGIN; SET LOCAL plan_cache_mode = force_generic_plan; SELECT pg_current_xact_id()::text AS txid`) as unknown as Promise<pg.QueryResult[]>,
@@ -380,6 +401,93 @@ export async function writeBatchStored(pool: pg.Pool, batch: PreparedEvent[], { 
     client.release();
   }
 }
+
+/**
+ * Whether the event can take writePlainBatch's way: a regular kind (no address to replace), neither
+ * a deletion request nor a request to vanish (they delete), nor a gift wrap (its recipients may delete
+ * it, and vanish with it). Most of what a relay is sent: notes, reactions, reposts, zaps, DMs.
+ */
+const isPlain = (p: PreparedEvent) => p.dTag === null && p.event.kind !== KIND_DELETION && p.event.kind !== KIND_VANISH && p.event.kind !== KIND_GIFT_WRAP;
+
+/**
+ * A batch of plain events (isPlain) in one round trip: BEGIN, the locks, the webhooks' shared lock,
+ * one statement that decides and writes each event, and COMMIT, all sent at once. What planBatch
+ * decides for such events with the facts readFacts reads (a duplicate; deleted by its author's stored
+ * kind 5; covered by its author's request to vanish; else stored) is decided in SQL, after the locks,
+ * so in the same snapshot the long way would read. The txid comes only with the answer: the feed is
+ * told the server backend instead (own.expect), so that its NOTIFY does not call for a read, and the
+ * txid after (own.settle): if a read announced the batch first, the writer does not announce it again.
+ * Undefined when webhook endpoints appeared since the last batch (the statement wrote nothing): the
+ * caller writes the batch the long way, which reads them.
+ */
+async function writePlainBatch(client: pg.PoolClient, batch: PreparedEvent[], { own, outbox }: Pick<WriteOptions, 'own' | 'outbox'>): Promise<WrittenBatch | undefined> {
+  const unique = new Map<string, PreparedEvent>();
+  for (const p of batch) if (!unique.has(p.event.id)) unique.set(p.event.id, p);
+  const events = [...unique.values()];
+  const pid = (client as unknown as { processID: number }).processID;
+  own?.expect(pid);
+  let settled = false;
+  try {
+    const [, , , decided, committed] = await inOrder(client, [
+      () => client.query('BEGIN; SET LOCAL plan_cache_mode = force_generic_plan') as unknown as Promise<unknown>,
+      () => takeLocks(client, events),
+      async () => outbox?.lock(client),
+      () => client.query<{ generation: string | null; inserted: string[]; refused: Array<[string, boolean]>; txid: string | null }>(
+        PLAIN([...rowParameters(events), events.map((p) => p.event.id), outbox?.knownGeneration ?? null]),
+      ),
+      () => client.query('COMMIT; SELECT pg_current_wal_insert_lsn()::text AS lsn') as unknown as Promise<pg.QueryResult[]>,
+    ] as const);
+    const { generation, inserted: insertedIds, refused, txid } = decided.rows[0];
+    settled = true;
+    const announce = own ? own.settle(pid, txid) : true;
+    if (outbox && generation !== outbox.knownGeneration) return undefined;
+    const inserted = new Set(insertedIds);
+    const deleted = new Map(refused);
+    const seen = new Set<string>();
+    const results = batch.map((p): WriteResult => {
+      const id = p.event.id;
+      const first = !seen.has(id);
+      seen.add(id);
+      if (first && inserted.has(id)) return { status: 'stored' };
+      if (first && deleted.has(id)) return { status: 'rejected', reason: deleted.get(id) ? DELETED_BY_AUTHOR : VANISHED };
+      return { status: 'duplicate' };
+    });
+    return { results, stored: announce ? events.filter((p) => inserted.has(p.event.id)) : [], lsn: lsnValue(committed[1].rows[0].lsn) };
+  } catch (err) {
+    // Committed or not, as far as this writer knows: the feed reads whatever was.
+    if (!settled) own?.settle(pid, undefined);
+    throw err;
+  }
+}
+
+const PLAIN = named(
+  'plain',
+  `WITH e AS (
+     SELECT * FROM unnest($1::bytea[], $2::bytea[], $3::int[], $4::bigint[], $5::text[], $6::bigint[], $7::text[], $13::text[], $14::text[])
+       AS e(id, pubkey, kind, created_at, d_tag, expires_at, raw, search, hex_id)
+   ), refused AS (
+     SELECT e.id, f.deleted FROM e
+     CROSS JOIN LATERAL (SELECT
+       EXISTS (SELECT 1 FROM event_tags t JOIN events d ON d.id = t.event_id
+                WHERE t.name = 'e' AND t.value = e.hex_id AND t.kind = ${KIND_DELETION} AND d.pubkey = e.pubkey) AS deleted,
+       EXISTS (SELECT 1 FROM vanished v WHERE v.pubkey = e.pubkey AND v.until >= e.created_at) AS vanished) f
+     WHERE (f.deleted OR f.vanished) AND NOT EXISTS (SELECT 1 FROM events x WHERE x.id = e.id)
+   ), inserted AS (
+     INSERT INTO events (id, pubkey, kind, created_at, d_tag, expires_at, raw, search)
+     SELECT id, pubkey, kind, created_at, d_tag, expires_at, raw, search::tsvector FROM e
+      WHERE ($15::bigint IS NULL OR (SELECT generation FROM webhook_generation) = $15::bigint)
+        AND NOT EXISTS (SELECT 1 FROM refused r WHERE r.id = e.id)
+     ON CONFLICT (id) DO NOTHING RETURNING id
+   ), tags AS (
+     INSERT INTO event_tags (event_id, name, value, kind, created_at)
+     SELECT * FROM unnest($8::bytea[], $9::text[], $10::text[], $11::int[], $12::bigint[]) AS t(event_id, name, value, kind, created_at)
+     WHERE t.event_id IN (SELECT id FROM inserted)
+   )
+   SELECT (SELECT generation::text FROM webhook_generation) AS generation,
+          (SELECT coalesce(json_agg(encode(id, 'hex')), '[]') FROM inserted) AS inserted,
+          (SELECT coalesce(json_agg(json_build_array(encode(id, 'hex'), deleted)), '[]') FROM refused) AS refused,
+          CASE WHEN EXISTS (SELECT 1 FROM inserted) THEN pg_current_xact_id()::text END AS txid`,
+);
 
 /** Writes a batch atomically; results are in batch order. Database errors reject the whole batch. */
 export async function writeBatch(pool: pg.Pool, batch: PreparedEvent[], options: WriteOptions = {}): Promise<WriteResult[]> {

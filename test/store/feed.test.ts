@@ -188,6 +188,46 @@ describe('ChangeFeed', () => {
   });
 
 
+  it('settles a transaction whose txid came with its commit: the writer announces it unless a read did first, and a lost answer is read', async () => {
+    const { ids, reads } = await startFeed();
+    const client = await db.pool.connect();
+    const pid = (client as unknown as { processID: number }).processID;
+    const commit = async () => {
+      feed!.expect(pid);
+      await client.query('BEGIN');
+      const id = await insert(client);
+      const { rows } = await client.query<{ txid: string }>('SELECT pg_current_xact_id()::text AS txid');
+      await client.query('COMMIT');
+      return { id, txid: rows[0].txid };
+    };
+    try {
+      // Settled before any read: the writer announces it; its NOTIFY, from the expected backend, asked
+      // for no read, and the reads that follow leave it out.
+      const before = reads.full + reads.unchanged;
+      const first = await commit();
+      await new Promise((r) => setTimeout(r, 100));
+      expect(reads.full + reads.unchanged).toBe(before);
+      expect(feed!.settle(pid, first.txid)).toBe(true);
+      await settle();
+      expect(ids()).toEqual([]);
+
+      // A read that got there first announced it: the writer must not.
+      const second = await commit();
+      await settle();
+      expect(ids()).toEqual([second.id]);
+      expect(feed!.settle(pid, second.txid)).toBe(false);
+
+      // The answer lost (undefined): whatever was committed is read and announced.
+      const third = await commit();
+      expect(feed!.settle(pid, undefined)).toBe(false);
+      await until(() => ids().length === 2, 'the transaction whose answer was lost');
+      expect(ids()).toEqual([second.id, third.id]);
+      expect(feed!.settle(pid, null)).toBe(false); // nothing stored: nothing to announce
+    } finally {
+      client.release();
+    }
+  });
+
   it('readSince(mark) turns true once a read begun after the mark has delivered what it read, not for a read under way at the mark', async () => {
     const { changes } = await startFeed();
     const mark = feed!.readMark();

@@ -59,6 +59,35 @@ describe('writeBatch', () => {
     expect(await writeBatch(pool, [note])).toEqual([{ status: 'rejected', reason: 'blocked: this event was deleted by its author' }]);
   });
 
+  it('decides a batch of plain events in one statement exactly as planBatch would: duplicates, deleted, vanished, stored, tags and all', async () => {
+    const dave = newSigner();
+    const erin = newSigner();
+    const stored = prepareEvent(dave.sign({ content: 'stored before' }));
+    const deleted = prepareEvent(dave.sign({ content: 'deleted before it came' }));
+    const byOther = prepareEvent(erin.sign({ content: 'named by a deletion of someone else' }));
+    const old = prepareEvent(erin.sign({ content: 'before the vanish', created_at: now() - 100 }));
+    await writeBatch(pool, [stored]);
+    await writeBatch(pool, [prepareEvent(dave.sign({ kind: 5, tags: [['e', deleted.event.id], ['e', byOther.event.id]] }))]);
+    await writeBatch(pool, [prepareEvent(erin.sign({ kind: 62, created_at: now() - 50, tags: [['relay', 'ALL_RELAYS']] }))]);
+    const fresh = prepareEvent(dave.sign({ content: 'new', tags: [['t', 'plain'], ['p', erin.pubkey]] }));
+    const late = prepareEvent(erin.sign({ content: 'after the vanish' }));
+    const results = await writeBatch(pool, [fresh, stored, deleted, fresh, byOther, old, late]);
+    expect(results).toEqual([
+      { status: 'stored' },
+      { status: 'duplicate' },
+      { status: 'rejected', reason: 'blocked: this event was deleted by its author' },
+      { status: 'duplicate' },
+      { status: 'stored' }, // a kind 5 deletes only its own author's events
+      { status: 'rejected', reason: expect.stringMatching(/^blocked: .*NIP-62/) },
+      { status: 'stored' },
+    ]);
+    const daves = await storedIds(dave.pubkey); // and the kind 5
+    expect(daves).toHaveLength(3);
+    expect(daves).toEqual(expect.arrayContaining([stored.event.id, fresh.event.id]));
+    const tags = await pool.query(`SELECT name, value FROM event_tags WHERE event_id = $1 ORDER BY name`, [Buffer.from(fresh.event.id, 'hex')]);
+    expect(tags.rows).toEqual([{ name: 'p', value: erin.pubkey }, { name: 't', value: 'plain' }]);
+  });
+
   it('lets another version take the key of a stored version that a deletion earlier in the batch named by id', async () => {
     const erin = newSigner();
     const stored = prepareEvent(erin.sign({ kind: 10002, created_at: now() - 50, tags: [['r', 'wss://a']] }));
