@@ -59,12 +59,11 @@ class Subscription implements Subscriber {
   private sent: string[] | undefined = []; // ids sent before EOSE, to skip them if queued
   private queued: Array<{ id: string; raw: string }> = [];
   /**
-   * After EOSE, the ids sent as stored until the feed has read past the query (see goLive); made a
-   * Set only if a live event arrives meanwhile, which most subscriptions never see.
+   * After EOSE, the ids sent as stored until the feed has read past the query (see goLive): kept
+   * until feed.readSince(mark), `mark` its readMark() at EOSE; made a Set only if a live event
+   * arrives meanwhile, which most subscriptions never see.
    */
-  private recent: string[] | Set<string> | undefined;
-  /** The feed, and its readMark() at EOSE: `recent` is kept until feed.readSince(mark). */
-  private recentUntil: { feed: ChangeFeed; mark: number } | undefined;
+  private recent: { ids: string[] | Set<string>; feed: ChangeFeed; mark: number } | undefined;
 
   constructor(
     readonly id: string,
@@ -80,13 +79,14 @@ class Subscription implements Subscriber {
   }
 
   private sentRecently(id: string): boolean {
-    if (this.recent === undefined) return false;
-    if (this.recentUntil!.feed.readSince(this.recentUntil!.mark)) {
-      this.recent = this.recentUntil = undefined;
+    const recent = this.recent;
+    if (recent === undefined) return false;
+    if (recent.feed.readSince(recent.mark)) {
+      this.recent = undefined;
       return false;
     }
-    if (Array.isArray(this.recent)) this.recent = new Set(this.recent);
-    return this.recent.has(id);
+    if (Array.isArray(recent.ids)) recent.ids = new Set(recent.ids);
+    return recent.ids.has(id);
   }
 
   /** These stored events have been written to the socket. */
@@ -112,10 +112,7 @@ class Subscription implements Subscriber {
     const sent = this.sent!;
     this.sent = undefined;
     if (!eoseSent) this.connection.send(eoseMessage(this.id));
-    if (sent.length > 0) {
-      this.recent = sent;
-      this.recentUntil = { feed, mark: feed.readMark() };
-    }
+    if (sent.length > 0) this.recent = { ids: sent, feed, mark: feed.readMark() };
     for (const { id, raw } of this.queued) if (!this.sentRecently(id)) this.connection.send(eventMessage(this.id, raw));
     this.queued = [];
   }

@@ -36,6 +36,11 @@ export async function inOrder<T extends readonly unknown[]>(client: pg.ClientBas
  */
 const named = (name: string, text: string) => (values: unknown[]): pg.QueryConfig => ({ name: `pgrelay_write_${name}`, text, values });
 
+/** A writing transaction's start: generic plans for the named statements (see `named`). */
+const BEGIN = 'BEGIN; SET LOCAL plan_cache_mode = force_generic_plan';
+/** The commit and the WAL position after it in one statement (a simple-protocol query string). */
+const COMMIT = 'COMMIT; SELECT pg_current_wal_insert_lsn()::text AS lsn';
+
 /** Runs `fn` in a transaction on a pooled client: COMMIT when it resolves, ROLLBACK when it throws. */
 export async function withTransaction<T>(pool: pg.Pool, fn: (client: pg.PoolClient) => Promise<T>): Promise<T> {
   const client = await pool.connect();
@@ -360,7 +365,7 @@ export async function writeBatchStored(pool: pg.Pool, batch: PreparedEvent[], { 
     }
     // The transaction's id first, so the feed is told it before COMMIT is sent.
     const [begun, , facts] = await inOrder(client, [
-      () => client.query(`BEGIN; SET LOCAL plan_cache_mode = force_generic_plan; SELECT pg_current_xact_id()::text AS txid`) as unknown as Promise<pg.QueryResult[]>,
+      () => client.query(`${BEGIN}; SELECT pg_current_xact_id()::text AS txid`) as unknown as Promise<pg.QueryResult[]>,
       () => takeLocks(client, batch),
       () => readFacts(client, batch),
       async () => outbox?.prepare(client),
@@ -374,8 +379,7 @@ export async function writeBatchStored(pool: pg.Pool, batch: PreparedEvent[], { 
       () => insertRows(client, plan.inserts),
       () => applyDeletions(client, plan.deletions),
     ] as const;
-    // The commit and the WAL position after it in one statement (a simple-protocol query string).
-    const commit = () => client.query('COMMIT; SELECT pg_current_wal_insert_lsn()::text AS lsn') as unknown as Promise<pg.QueryResult[]>;
+    const commit = () => client.query(COMMIT) as unknown as Promise<pg.QueryResult[]>;
     let inserted: Set<string>;
     let committed: pg.QueryResult[];
     if (outbox?.size) {
@@ -421,21 +425,22 @@ const isPlain = (p: PreparedEvent) => p.dTag === null && p.event.kind !== KIND_D
  * caller writes the batch the long way, which reads them.
  */
 async function writePlainBatch(client: pg.PoolClient, batch: PreparedEvent[], { own, outbox }: Pick<WriteOptions, 'own' | 'outbox'>): Promise<WrittenBatch | undefined> {
-  const unique = new Map<string, PreparedEvent>();
-  for (const p of batch) if (!unique.has(p.event.id)) unique.set(p.event.id, p);
-  const events = [...unique.values()];
+  // Each id's first place in the batch: later ones are duplicates, as planBatch answers them.
+  const firstAt = new Map<string, number>();
+  batch.forEach((p, i) => firstAt.has(p.event.id) || firstAt.set(p.event.id, i));
+  const events = [...firstAt.values()].map((i) => batch[i]);
   const pid = (client as unknown as { processID: number }).processID;
   own?.expect(pid);
   let settled = false;
   try {
     const [, , , decided, committed] = await inOrder(client, [
-      () => client.query('BEGIN; SET LOCAL plan_cache_mode = force_generic_plan') as unknown as Promise<unknown>,
+      () => client.query(BEGIN) as unknown as Promise<unknown>,
       () => takeLocks(client, events),
       async () => outbox?.lock(client),
       () => client.query<{ generation: string | null; inserted: string[]; refused: Array<[string, boolean]>; txid: string | null }>(
         PLAIN([...rowParameters(events), events.map((p) => p.event.id), outbox?.knownGeneration ?? null]),
       ),
-      () => client.query('COMMIT; SELECT pg_current_wal_insert_lsn()::text AS lsn') as unknown as Promise<pg.QueryResult[]>,
+      () => client.query(COMMIT) as unknown as Promise<pg.QueryResult[]>,
     ] as const);
     const { generation, inserted: insertedIds, refused, txid } = decided.rows[0];
     settled = true;
@@ -443,13 +448,11 @@ async function writePlainBatch(client: pg.PoolClient, batch: PreparedEvent[], { 
     if (outbox && generation !== outbox.knownGeneration) return undefined;
     const inserted = new Set(insertedIds);
     const deleted = new Map(refused);
-    const seen = new Set<string>();
-    const results = batch.map((p): WriteResult => {
+    const results = batch.map((p, i): WriteResult => {
       const id = p.event.id;
-      const first = !seen.has(id);
-      seen.add(id);
-      if (first && inserted.has(id)) return { status: 'stored' };
-      if (first && deleted.has(id)) return { status: 'rejected', reason: deleted.get(id) ? DELETED_BY_AUTHOR : VANISHED };
+      if (firstAt.get(id) !== i) return { status: 'duplicate' };
+      if (inserted.has(id)) return { status: 'stored' };
+      if (deleted.has(id)) return { status: 'rejected', reason: deleted.get(id) ? DELETED_BY_AUTHOR : VANISHED };
       return { status: 'duplicate' };
     });
     return { results, stored: announce ? events.filter((p) => inserted.has(p.event.id)) : [], lsn: lsnValue(committed[1].rows[0].lsn) };
