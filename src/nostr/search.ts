@@ -290,9 +290,12 @@ export function wordsToStem(parsed: ParsedSearch): string[] {
   return [...words];
 }
 
-/** One element of a phrase: the lexeme, whether it matches as a prefix, and its distance from the previous element. */
+/**
+ * One element of a phrase: its lexemes (any of them matches), whether they match as prefixes, and
+ * its distance from the previous element.
+ */
 interface PhraseElement {
-  lexeme: string;
+  lexemes: string[];
   prefix: boolean;
   distance: number;
 }
@@ -315,15 +318,19 @@ export function compileSearch(parsed: ParsedSearch, stems: ReadonlyMap<string, s
     const out: Phrase = [];
     let previous = 0;
     for (const t of tokenize(text, true)) {
-      let lexeme: string | null = t.lexeme;
+      let lexemes = [t.lexeme];
       let prefix = false;
       if (t.spaceless) prefix = [...t.lexeme].length === 1; // one character: any pair it starts
       else if (stemmed && !t.host) {
-        lexeme = stems.get(t.lexeme) ?? null;
+        const stem = stems.get(t.lexeme) ?? null;
+        if (stem === null || stem === '') continue; // a stop word
+        // A stem need not begin the word: English gives "happi" for "happy", German "haus" for
+        // "häuser". The word itself then matches too, or the search would miss the word it names.
+        lexemes = t.lexeme.startsWith(stem) ? [stem] : [stem, t.lexeme];
         prefix = true;
       }
-      if (lexeme === null || lexeme === '') continue;
-      out.push({ lexeme, prefix, distance: out.length === 0 ? 0 : t.position - previous });
+      if (t.lexeme === '') continue;
+      out.push({ lexemes, prefix, distance: out.length === 0 ? 0 : t.position - previous });
       previous = t.position;
     }
     return out;
@@ -334,7 +341,11 @@ export function compileSearch(parsed: ParsedSearch, stems: ReadonlyMap<string, s
   if (!clauses.some((clause) => !clause[0].negated)) return null;
 
   const phraseSql = (p: Phrase): string => {
-    const parts = p.map((e, i) => (i === 0 ? '' : ` <${e.distance}> `) + quote(e.lexeme) + (e.prefix ? ':*' : ''));
+    const elementSql = (e: PhraseElement): string => {
+      const alternatives = e.lexemes.map((l) => quote(l) + (e.prefix ? ':*' : ''));
+      return alternatives.length === 1 ? alternatives[0] : `(${alternatives.join(' | ')})`;
+    };
+    const parts = p.map((e, i) => (i === 0 ? '' : ` <${e.distance}> `) + elementSql(e));
     return p.length === 1 ? parts[0] : `(${parts.join('')})`;
   };
   const tsquery = clauses
@@ -350,11 +361,11 @@ export function compileSearch(parsed: ParsedSearch, stems: ReadonlyMap<string, s
   };
 }
 
-/** The positions of a phrase element in a document (every lexeme it begins, for a prefix). */
+/** The positions of a phrase element in a document (of every lexeme one of its lexemes begins, for a prefix). */
 function positionsOf(e: PhraseElement, doc: SearchDocument): number[] {
-  if (!e.prefix) return doc.get(e.lexeme) ?? [];
+  if (!e.prefix) return e.lexemes.length === 1 ? (doc.get(e.lexemes[0]) ?? []) : e.lexemes.flatMap((l) => doc.get(l) ?? []);
   const all: number[] = [];
-  for (const [lexeme, positions] of doc) if (lexeme.startsWith(e.lexeme)) all.push(...positions);
+  for (const [lexeme, positions] of doc) if (e.lexemes.some((l) => lexeme.startsWith(l))) all.push(...positions);
   return all;
 }
 

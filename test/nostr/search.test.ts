@@ -108,6 +108,23 @@ describe('search queries', () => {
     expect(parseSearch('word language:xx').config).toBe('simple');
   });
 
+  it('matches a word whose stem does not begin it, as well as the words its stem begins', () => {
+    // English stems "happy" as "happi": 'happi':* alone would miss "happy" itself.
+    const compiled = compileSearch(parseSearch('happy days language:en'), new Map([['happy', 'happi'], ['days', 'day']]))!;
+    expect(compiled.tsquery).toBe("('happi':* | 'happy':*) & 'day':*");
+    expect(compiled.matches(searchDocument(event(1, 'happy days')))).toBe(true);
+    expect(compiled.matches(searchDocument(event(1, 'happiness lasts days')))).toBe(true);
+    expect(compiled.matches(searchDocument(event(1, 'happen some days')))).toBe(false);
+    const phrase = compileSearch(parseSearch('"happy days" language:en'), new Map([['happy', 'happi'], ['days', 'day']]))!;
+    expect(phrase.tsquery).toBe("(('happi':* | 'happy':*) <1> 'day':*)");
+    expect(phrase.matches(searchDocument(event(1, 'oh happy days')))).toBe(true);
+    expect(phrase.matches(searchDocument(event(1, 'days happy')))).toBe(false);
+    const excluded = compileSearch(parseSearch('days -happy language:en'), new Map([['happy', 'happi'], ['days', 'day']]))!;
+    expect(excluded.tsquery).toBe("'day':* & !('happi':* | 'happy':*)");
+    expect(excluded.matches(searchDocument(event(1, 'happy days')))).toBe(false);
+    expect(excluded.matches(searchDocument(event(1, 'sad days')))).toBe(true);
+  });
+
   it('keeps the distance of a stop word dropped inside a phrase', () => {
     const compiled = compileSearch(parseSearch('"state of art" language:en'), new Map([['state', 'state'], ['of', null], ['art', 'art']]))!;
     expect(compiled.tsquery).toBe("('state':* <2> 'art':*)");

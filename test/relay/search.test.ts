@@ -101,6 +101,24 @@ describe('NIP-50 search', () => {
     expect(await search(`${w} run language:zz`)).toEqual([]);
   });
 
+  it('finds a word its language stems into something it does not begin with, stored and live', async () => {
+    // English stems "happy" as "happi", German "häuser" as "haus".
+    const w = unique('stem');
+    const id = sub();
+    await client.query(id, { search: `${w} happy language:en` });
+    const happy = alice.sign({ content: `${w} a happy day` });
+    const happiness = alice.sign({ content: `${w} happiness` });
+    const happen = alice.sign({ content: `${w} it may happen` });
+    await publishAll(happy, happiness, happen);
+    await until(() => client.liveEvents(id).length >= 2, 'the live matches');
+    await new Promise((r) => setTimeout(r, 200));
+    expect(ids(client.liveEvents(id)).sort()).toEqual([happy.id, happiness.id].sort());
+    expect(ids(await search(`${w} happy language:en`)).sort()).toEqual([happy.id, happiness.id].sort());
+    const houses = alice.sign({ content: `${w} zwei Häuser` });
+    await publishAll(houses);
+    expect(ids(await search(`${w} häuser language:de`))).toEqual([houses.id]);
+  });
+
   it('finds Chinese and Japanese words inside text written without spaces', async () => {
     const w = unique('cjk');
     const ja = alice.sign({ content: `${w} 東京タワーに行きました` });
