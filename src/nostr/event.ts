@@ -122,8 +122,8 @@ export interface Verdict {
   invalid?: string;
   /** canonicalEventJson of the event, when it is valid. */
   raw?: string;
-  /** Its NIP-50 words as a tsvector literal (search.ts), null when it has none; when it is valid. */
-  searchLiteral?: string | null;
+  /** Its NIP-50 words as a binary tsvector (search.ts searchBinary), null when it has none; when it is valid. */
+  search?: Uint8Array | null;
 }
 
 /** The JSON the relay stores and sends back verbatim: the seven fields in a fixed order. */

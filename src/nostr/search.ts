@@ -166,22 +166,22 @@ export function searchDocument(event: NostrEvent): SearchDocument | undefined {
 }
 
 /**
- * tsvectorLiteral(searchDocument(event)), or null when that has no words: what events.search is
- * given. The verifier's threads make it for every event stored; plain ASCII text without host names
- * (most notes) goes straight to the literal, without tokens or a document in between (its words
- * need no quoting), which is half the time.
+ * tsvectorBinary(searchDocument(event)), or null when that has no words: what events.search is
+ * given, in PostgreSQL's binary format (sent as such: nothing for its tsvectorin to parse). The
+ * verifier's threads make it for every event stored; plain ASCII text without host names (most
+ * notes) goes straight to the document, without tokens in between, which is half the time.
  */
-export function searchLiteral(event: NostrEvent): string | null {
+export function searchBinary(event: NostrEvent): Buffer | null {
   const text = searchText(event);
   if (text === undefined) return null;
   const lower = ASCII.test(text) ? text.toLowerCase() : undefined;
   if (lower === undefined || DOTTED.test(lower)) {
     const doc = searchDocument(event);
-    return doc ? tsvectorLiteral(doc) : null;
+    return doc ? tsvectorBinary(doc) : null;
   }
   // tokenize's and searchDocument's rules, for this case: every word takes a position, one too
   // long is skipped, and positions only grow.
-  const doc = new Map<string, number[]>();
+  const doc: SearchDocument = new Map();
   let position = 0;
   let bytes = 0;
   for (const [word] of lower.matchAll(ASCII_WORD)) {
@@ -196,10 +196,7 @@ export function searchLiteral(event: NostrEvent): string | null {
     }
     if (positions.length < MAX_POSITIONS_PER_LEXEME) positions.push(at);
   }
-  if (doc.size === 0) return null;
-  let literal = '';
-  for (const [word, positions] of doc) literal += `${literal ? ' ' : ''}'${word}':${positions.join(',')}`;
-  return literal;
+  return doc.size === 0 ? null : tsvectorBinary(doc);
 }
 
 const NEEDS_ESCAPE = /['\\]/;
@@ -213,21 +210,28 @@ export function tsvectorLiteral(doc: SearchDocument): string {
 }
 
 /**
- * A document in PostgreSQL's binary tsvector format (for binary COPY): entry count (int32), then per
- * lexeme in byte order its NUL-terminated UTF-8 text, its position count (uint16) and positions (uint16).
+ * A document in PostgreSQL's binary tsvector format (tsvectorrecv: a binary COPY's field, an array
+ * element of the writer's parameters): entry count (int32), then per lexeme in byte order its
+ * NUL-terminated UTF-8 text, its position count (uint16) and positions (uint16).
  */
 export function tsvectorBinary(doc: SearchDocument): Buffer {
-  const entries = [...doc].map(([lexeme, positions]) => ({ bytes: Buffer.from(lexeme, 'utf8'), positions }));
-  entries.sort((a, b) => Buffer.compare(a.bytes, b.bytes));
   let size = 4;
-  for (const e of entries) size += e.bytes.length + 1 + 2 + 2 * e.positions.length;
-  const out = Buffer.alloc(size);
-  let at = out.writeInt32BE(entries.length, 0);
-  for (const e of entries) {
-    at += e.bytes.copy(out, at);
+  let ascii = true;
+  for (const [lexeme, positions] of doc) {
+    const bytes = Buffer.byteLength(lexeme, 'utf8');
+    if (bytes !== lexeme.length) ascii = false;
+    size += bytes + 3 + 2 * positions.length;
+  }
+  // Byte order: a string comparison gives it for ASCII (most notes), UTF-8 bytes are compared otherwise.
+  const lexemes = ascii ? [...doc.keys()].sort() : [...doc.keys()].map((l) => Buffer.from(l, 'utf8')).sort(Buffer.compare);
+  const out = Buffer.alloc(size); // its own memory: a thread sends it back without a pool's slab
+  let at = out.writeInt32BE(doc.size, 0);
+  for (const lexeme of lexemes) {
+    const positions = doc.get(typeof lexeme === 'string' ? lexeme : lexeme.toString('utf8'))!;
+    at += typeof lexeme === 'string' ? out.write(lexeme, at, 'latin1') : lexeme.copy(out, at);
     at = out.writeUInt8(0, at);
-    at = out.writeUInt16BE(e.positions.length, at);
-    for (const p of e.positions) at = out.writeUInt16BE(p, at);
+    at = out.writeUInt16BE(positions.length, at);
+    for (const p of positions) at = out.writeUInt16BE(p, at);
   }
   return out;
 }

@@ -3,14 +3,14 @@
 // An event arrives as the text it came in (a client's `["EVENT",{…}]`, parsed again here: copying
 // a string to a thread costs far less than copying the object the main thread parsed) or as an object.
 import { eventJsons, idAndSignatureFault, type NostrEvent, type Verdict } from './event.js';
-import { searchLiteral } from './search.js';
+import { searchBinary } from './search.js';
 
 /** The check and the serialisations of one event, wherever it runs (a thread, or inline). */
 export function checkEvent(e: NostrEvent): Verdict {
   const { forId, raw } = eventJsons(e);
   const invalid = idAndSignatureFault(e, forId);
   if (invalid) return { invalid };
-  return { raw, searchLiteral: searchLiteral(e) };
+  return { raw, search: searchBinary(e) };
 }
 
 /** The event in a text the main thread already parsed and checked the shape of: a message or an event. */

@@ -3,7 +3,7 @@
 import type { NostrEvent, Verdict } from '../nostr/event.js';
 import { canonicalEventJson } from '../nostr/event.js';
 import { kindClass, type KindClass } from '../nostr/kinds.js';
-import { searchDocument, tsvectorLiteral, type SearchDocument } from '../nostr/search.js';
+import { searchDocument, tsvectorBinary, type SearchDocument } from '../nostr/search.js';
 import { dTagOf, expirationOf, indexedTags } from '../nostr/tags.js';
 
 /** An event with everything storage needs derived once. */
@@ -17,11 +17,11 @@ export interface PreparedEvent {
   tags: Array<[string, string]>;
   /**
    * NIP-50: its words, stored in events.search; undefined for kinds that are not searchable, and
-   * when only `searchLiteral` was computed (the live matcher finds the words if a search asks).
+   * when only `searchBinary` was computed (the live matcher finds the words if a search asks).
    */
   search: SearchDocument | undefined;
-  /** Its words as the tsvector literal stored (null: none), when the verifier computed it instead of `search`. */
-  searchLiteral?: string | null;
+  /** Its words as the binary tsvector stored (null: none), when the verifier computed it instead of `search`. */
+  searchBinary?: Uint8Array | null;
 }
 
 export function prepareEvent(event: NostrEvent): PreparedEvent {
@@ -33,27 +33,27 @@ export function prepareEvent(event: NostrEvent): PreparedEvent {
  * them, instead of making them again here on the main thread.
  */
 export function prepareVerified(event: NostrEvent, verdict: Verdict | undefined): PreparedEvent {
-  if (verdict?.raw === undefined || verdict.searchLiteral === undefined) return prepareEvent(event);
+  if (verdict?.raw === undefined || verdict.search === undefined) return prepareEvent(event);
   const p = prepared(event, verdict.raw, undefined);
-  p.searchLiteral = verdict.searchLiteral;
+  p.searchBinary = verdict.search;
   return p;
 }
 
-/** The tsvector literal events.search gets, or null. */
-export function storedSearch(p: PreparedEvent): string | null {
-  if (p.searchLiteral !== undefined) return p.searchLiteral;
-  return p.search ? tsvectorLiteral(p.search) : null;
+/** The binary tsvector events.search gets, or null. */
+export function storedSearch(p: PreparedEvent): Uint8Array | null {
+  if (p.searchBinary !== undefined) return p.searchBinary;
+  return p.search ? tsvectorBinary(p.search) : null;
 }
 
 /** Whether the event has words to index. */
-export const hasWords = (p: PreparedEvent): boolean => (p.searchLiteral !== undefined ? p.searchLiteral !== null : p.search !== undefined);
+export const hasWords = (p: PreparedEvent): boolean => (p.searchBinary !== undefined ? p.searchBinary !== null : p.search !== undefined);
 
 /**
  * The words for the live matcher (nostr/filter.ts MatchableEvent.searchDocument): null when there
  * are none, undefined when not computed yet (the matcher computes them only for a search filter).
  */
 export const matchableWords = (p: PreparedEvent): SearchDocument | null | undefined =>
-  p.search ?? (p.searchLiteral === null || p.searchLiteral === undefined ? null : undefined);
+  p.search ?? (p.searchBinary === null || p.searchBinary === undefined ? null : undefined);
 
 /**
  * A row read back from the events table: `raw` is its stored JSON, kept as it is (never serialised

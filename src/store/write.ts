@@ -253,7 +253,7 @@ function rowParameters(inserts: PreparedEvent[]): Buffer[] {
   const ids = new BinaryArray(OID.bytea, n * 36), pubkeys = new BinaryArray(OID.bytea, n * 36);
   const kinds = new BinaryArray(OID.int4, n * 8), times = new BinaryArray(OID.int8, n * 12);
   const dTags = new BinaryArray(OID.text, n * 8), expiries = new BinaryArray(OID.int8, n * 4);
-  const raws = new BinaryArray(OID.text, n * 1200), words = new BinaryArray(OID.text, n * 1200);
+  const raws = new BinaryArray(OID.text, n * 1200), words = new BinaryArray(OID.tsvector, n * 1200);
   const tags = { ids: new BinaryArray(OID.bytea, n * 72), names: new BinaryArray(OID.text, n * 12), values: new BinaryArray(OID.text, n * 140) };
   const tagKinds = new BinaryArray(OID.int4, n * 16), tagTimes = new BinaryArray(OID.int8, n * 24);
   for (const p of inserts) {
@@ -265,7 +265,7 @@ function rowParameters(inserts: PreparedEvent[]): Buffer[] {
     dTags.text(p.dTag);
     expiries.int8(p.expiresAt);
     raws.text(p.raw);
-    words.text(storedSearch(p));
+    words.bytes(storedSearch(p));
     for (const [name, value] of p.tags) {
       tags.ids.hex(id);
       tags.names.text(name);
@@ -284,8 +284,8 @@ const INSERT = named(
   'insert',
   `WITH inserted AS (
        INSERT INTO events (id, pubkey, kind, created_at, d_tag, expires_at, raw, search)
-       SELECT id, pubkey, kind, created_at, d_tag, expires_at, raw, search::tsvector
-         FROM unnest($1::bytea[], $2::bytea[], $3::int[], $4::bigint[], $5::text[], $6::bigint[], $7::text[], $13::text[])
+       SELECT id, pubkey, kind, created_at, d_tag, expires_at, raw, search
+         FROM unnest($1::bytea[], $2::bytea[], $3::int[], $4::bigint[], $5::text[], $6::bigint[], $7::text[], $13::tsvector[])
            AS e(id, pubkey, kind, created_at, d_tag, expires_at, raw, search)
        ON CONFLICT (id) DO NOTHING RETURNING id
      ), tags AS (
@@ -466,7 +466,7 @@ async function writePlainBatch(client: pg.PoolClient, batch: PreparedEvent[], { 
 const PLAIN = named(
   'plain',
   `WITH e AS (
-     SELECT * FROM unnest($1::bytea[], $2::bytea[], $3::int[], $4::bigint[], $5::text[], $6::bigint[], $7::text[], $13::text[], $14::text[])
+     SELECT * FROM unnest($1::bytea[], $2::bytea[], $3::int[], $4::bigint[], $5::text[], $6::bigint[], $7::text[], $13::tsvector[], $14::text[])
        AS e(id, pubkey, kind, created_at, d_tag, expires_at, raw, search, hex_id)
    ), refused AS (
      SELECT e.id, f.deleted FROM e
@@ -477,7 +477,7 @@ const PLAIN = named(
      WHERE (f.deleted OR f.vanished) AND NOT EXISTS (SELECT 1 FROM events x WHERE x.id = e.id)
    ), inserted AS (
      INSERT INTO events (id, pubkey, kind, created_at, d_tag, expires_at, raw, search)
-     SELECT id, pubkey, kind, created_at, d_tag, expires_at, raw, search::tsvector FROM e
+     SELECT id, pubkey, kind, created_at, d_tag, expires_at, raw, search FROM e
       WHERE ($15::bigint IS NULL OR (SELECT generation FROM webhook_generation) = $15::bigint)
         AND NOT EXISTS (SELECT 1 FROM refused r WHERE r.id = e.id)
      ON CONFLICT (id) DO NOTHING RETURNING id
