@@ -253,7 +253,9 @@ function rowParameters(inserts: PreparedEvent[]): Buffer[] {
   const ids = new BinaryArray(OID.bytea, n * 36), pubkeys = new BinaryArray(OID.bytea, n * 36);
   const kinds = new BinaryArray(OID.int4, n * 8), times = new BinaryArray(OID.int8, n * 12);
   const dTags = new BinaryArray(OID.text, n * 8), expiries = new BinaryArray(OID.int8, n * 4);
-  const raws = new BinaryArray(OID.text, n * 1200), words = new BinaryArray(OID.tsvector, n * 1200);
+  let rawChars = 0; // the JSON's size in ASCII (most of it): the array is not outgrown and copied
+  for (const p of inserts) rawChars += p.raw.length;
+  const raws = new BinaryArray(OID.text, rawChars + n * 4 + 64), words = new BinaryArray(OID.tsvector, n * 1200);
   const tags = { ids: new BinaryArray(OID.bytea, n * 72), names: new BinaryArray(OID.text, n * 12), values: new BinaryArray(OID.text, n * 140) };
   const tagKinds = new BinaryArray(OID.int4, n * 16), tagTimes = new BinaryArray(OID.int8, n * 24);
   for (const p of inserts) {
