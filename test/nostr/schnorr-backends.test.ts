@@ -59,6 +59,20 @@ describe('BIP-340 verification', () => {
         expect(wasm.filter(Boolean)).toHaveLength(80);
       });
 
+      it('gives the same answers with its parsed pubkeys kept: more authors than it keeps, again in another order, bad points between', () => {
+        const signers = Array.from({ length: 600 }, () => newSigner());
+        const events = signers.map((signer, i) => signer.sign({ kind: 1, created_at: now(), tags: [], content: `author ${i}` }));
+        const bad = hex('ff'.repeat(32));
+        const all: Array<[Buffer, Buffer, Buffer]> = [];
+        for (const e of [...events, ...events.slice().reverse()]) {
+          const [m, p, sig] = [hex(e.id), hex(e.pubkey), hex(e.sig)];
+          all.push([m, p, sig], [m, bad, sig], [m, p, flip(sig, 9)], [m, Buffer.concat([p.subarray(0, 2), flip(p.subarray(2), 5)]), sig]);
+        }
+        const wasm = all.map(([m, p, sig]) => verifyWasm(m, p, sig));
+        expect(all.map(([m, p, sig]) => nativeVerifier()!(m, p, sig))).toEqual(wasm);
+        expect(wasm.filter(Boolean)).toHaveLength(1200);
+      });
+
       it('is the one the relay uses, unless SIGNATURE_BACKEND=wasm', () => {
         expect(signatureBackend().name).toBe(process.env.SIGNATURE_BACKEND === 'wasm' ? 'wasm' : 'native');
         const e = newSigner().sign({ kind: 1, created_at: now(), tags: [], content: 'through the event check' });
