@@ -45,9 +45,8 @@ import { KIND_DELETION, KIND_VANISH } from '../nostr/kinds.js';
 import { addressKey, addressOf, deletionTargets, planBatch, vanishKeys } from '../store/plan-batch.js';
 import { BinaryCopyWriter } from './binary-copy.js';
 import * as reason from '../nostr/reason.js';
-import { tsvectorBinary } from '../nostr/search.js';
 import { hasSqlState, inSqlStateClass, SQLSTATE } from '../store/pg-errors.js';
-import type { PreparedEvent, WriteResult } from '../store/prepared-event.js';
+import { storedSearch, type PreparedEvent, type WriteResult } from '../store/prepared-event.js';
 import { applyDeletions, applyVanishes, deleteReplaced, readFacts, writeBatch } from '../store/write.js';
 
 /**
@@ -120,8 +119,7 @@ export class EventRows {
     const e = p.event;
     const id = Buffer.from(e.id, 'hex');
     const row = this.events.row(8).bytes(id).hex(e.pubkey).int4(e.kind).int8(e.created_at).text(p.dTag).int8(p.expiresAt).text(p.raw);
-    if (p.search) row.bytes(tsvectorBinary(p.search));
-    else row.null();
+    row.bytes(storedSearch(p));
     for (const [name, value] of p.tags) this.tags.row(5).bytes(id).text(name).text(value).int4(e.kind).int8(e.created_at);
     this.eventRows++;
     this.tagRows += p.tags.length;

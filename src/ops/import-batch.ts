@@ -7,8 +7,8 @@
 import type pg from 'pg';
 import { EPHEMERAL_NOT_STORED, type Answer, type EventSink, type SinkResult, type SinkSlot } from '../admission/admit.js';
 import { addressOf } from '../store/plan-batch.js';
-import type { NostrEvent } from '../nostr/event.js';
-import { prepareEvent, type PreparedEvent } from '../store/prepared-event.js';
+import type { NostrEvent, Verdict } from '../nostr/event.js';
+import { prepareVerified, type PreparedEvent } from '../store/prepared-event.js';
 import { BulkWriter, type BulkOptions } from './bulk-load.js';
 
 export interface ImportCounts {
@@ -72,14 +72,17 @@ export type BatchWrite = (events: PreparedEvent[]) => Promise<SinkResult[]>;
 class Place implements SinkSlot {
   state: 'open' | 'ready' | 'skipped' = 'open';
   event: NostrEvent | undefined;
+  /** The verifier's serialisations of the event (its JSON and search words), when it checked it. */
+  verdict: Verdict | undefined;
   resolve: ((result: SinkResult) => void) | undefined;
   reject: ((err: unknown) => void) | undefined;
 
   constructor(private readonly sink: OrderedSink) {}
 
-  store(event: NostrEvent): Promise<SinkResult> {
+  store(event: NostrEvent, verdict?: Verdict): Promise<SinkResult> {
     return new Promise<SinkResult>((resolve, reject) => {
       this.event = event;
+      this.verdict = verdict;
       this.resolve = resolve;
       this.reject = reject;
       this.state = 'ready';
@@ -180,8 +183,9 @@ export class OrderedSink implements EventSink {
       const { batch, started } = this.waiting.shift()!;
       this.writing++;
       for (const tell of started) tell();
-      // Prepared only now, in the batch's turn: what waits holds its JSON alone.
-      const written = Promise.resolve().then(() => this.write(batch.map((p) => prepareEvent(p.event!))));
+      // Prepared only now, in the batch's turn, from what the verifier's threads made of each event
+      // (its JSON and search words; not made again here, on the main thread).
+      const written = Promise.resolve().then(() => this.write(batch.map((p) => prepareVerified(p.event!, p.verdict))));
       written.then(
         (results) => batch.forEach((p, i) => p.resolve!(results[i])),
         (err) => batch.forEach((p) => p.reject!(err)),
