@@ -211,10 +211,11 @@ export function tsvectorLiteral(doc: SearchDocument): string {
 
 /**
  * A document in PostgreSQL's binary tsvector format (tsvectorrecv: a binary COPY's field, an array
- * element of the writer's parameters); `ascii`: every lexeme is known to be ASCII. Entry count (int32), then per lexeme its NUL-terminated UTF-8
- * text, its position count (uint16) and positions (uint16). The lexemes go in the document's order:
- * tsvectorrecv puts them in its own (byte) order as it reads them, in C, which costs it less than
- * sorting them here costs the verifier's threads (~4 µs a note).
+ * element of the writer's parameters): entry count (int32), then per lexeme its NUL-terminated UTF-8
+ * text, its position count (uint16) and positions (uint16). `ascii`: every lexeme is known to be
+ * ASCII. The lexemes go in the document's order: tsvectorrecv puts them in its own (byte) order as
+ * it reads them, in C, which costs it less than sorting them here costs the verifier's threads
+ * (~4 µs a note).
  */
 export function tsvectorBinary(doc: SearchDocument, ascii = false): Buffer {
   let size = 4;
@@ -326,14 +327,13 @@ export function compileSearch(parsed: ParsedSearch, stems: ReadonlyMap<string, s
       let prefix = false;
       if (t.spaceless) prefix = [...t.lexeme].length === 1; // one character: any pair it starts
       else if (stemmed && !t.host) {
-        const stem = stems.get(t.lexeme) ?? null;
-        if (stem === null || stem === '') continue; // a stop word
+        const stem = stems.get(t.lexeme);
+        if (!stem) continue; // a stop word
         // A stem need not begin the word: English gives "happi" for "happy", German "haus" for
         // "häuser". The word itself then matches too, or the search would miss the word it names.
         lexemes = t.lexeme.startsWith(stem) ? [stem] : [stem, t.lexeme];
         prefix = true;
       }
-      if (t.lexeme === '') continue;
       out.push({ lexemes, prefix, distance: out.length === 0 ? 0 : t.position - previous });
       previous = t.position;
     }
@@ -367,7 +367,7 @@ export function compileSearch(parsed: ParsedSearch, stems: ReadonlyMap<string, s
 
 /** The positions of a phrase element in a document (of every lexeme one of its lexemes begins, for a prefix). */
 function positionsOf(e: PhraseElement, doc: SearchDocument): number[] {
-  if (!e.prefix) return e.lexemes.length === 1 ? (doc.get(e.lexemes[0]) ?? []) : e.lexemes.flatMap((l) => doc.get(l) ?? []);
+  if (!e.prefix) return doc.get(e.lexemes[0]) ?? []; // only a stemmed word has two lexemes, and it is a prefix
   const all: number[] = [];
   for (const [lexeme, positions] of doc) if (e.lexemes.some((l) => lexeme.startsWith(l))) all.push(...positions);
   return all;

@@ -10,10 +10,11 @@
 // txid below which every transaction has been delivered, and the set of transactions at or above it
 // it has already delivered (including this process's own, which the writer claims before COMMIT and
 // announces itself; a batch written in one round trip is settled after its COMMIT instead, and
-// announced by whichever of the writer and a read gets there first: see expect and settle). Each read takes the rows of undelivered transactions from the horizon on, and
-// then moves the horizon to the snapshot's xmin: PostgreSQL guarantees every transaction below it has
-// finished, so a transaction still in flight, whatever its txid, is never stepped past. A write
-// transaction left open for long holds the horizon back; reads then cost more, but stay exact.
+// announced by whichever of the writer and a read gets there first: see expect and settle). Each
+// read takes the rows of undelivered transactions from the horizon on, and then moves the horizon
+// to the snapshot's xmin: PostgreSQL guarantees every transaction below it has finished, so a
+// transaction still in flight, whatever its txid, is never stepped past. A write transaction left
+// open for long holds the horizon back; reads then cost more, but stay exact.
 //
 // A read whose snapshot would be the same as the last read's begins with one trivial query instead:
 // PostgreSQL's snapshot (xmin, xmax and the transactions in progress) names every transaction that
@@ -257,8 +258,8 @@ export class ChangeFeed implements OwnTransactions {
 
   /**
    * The answer of expect()'s transaction: it committed as `txid`, stored nothing (null), or the
-   * answer was lost (undefined: whatever it committed is read, as for a released claim). True when the writer is to announce
-   * what it stored; false when a read got there first and announced it (a read that began after the
+   * answer was lost (undefined: whatever it committed is read, as for a released claim). True when
+   * the writer is to announce what it stored; false when a read got there first and announced it (a read that began after the
    * COMMIT and ended before its answer was handled: its rows below the horizon, in `done`, or being
    * paged through), or when there is no txid.
    */
