@@ -15,6 +15,7 @@ import * as searchPendingLimit from './20270102000001_search_pending_limit.js';
 import * as eventsToastTarget from './20270103000001_events_toast_target.js';
 import * as reports from './20270110000001_reports.js';
 import * as memberships from './20270110000003_memberships.js';
+import * as eventTagsCascadeTrigger from './20270111000001_event_tags_cascade_trigger.js';
 
 export interface Migration {
   up(knex: Knex): Promise<void>;
@@ -38,4 +39,5 @@ export const migrations: Record<string, Migration> = {
   '20270103000001_events_toast_target': eventsToastTarget,
   '20270110000001_reports': reports,
   '20270110000003_memberships': memberships,
+  '20270111000001_event_tags_cascade_trigger': eventTagsCascadeTrigger,
 };
