@@ -64,6 +64,28 @@ describe('search documents', () => {
     );
   });
 
+  it('reads plain ASCII in one pass within the document’s limits, as the tokens would', () => {
+    const binaryOf = (e: NostrEvent) => {
+      const d = searchDocument(e);
+      return d ? tsvectorBinary(d) : null;
+    };
+    const repeated = event(1, `${Array(300).fill('Same').join(' ')} other SAME`);
+    const distinct = event(1, Array.from({ length: 12000 }, (_, i) => `W${i}`.padEnd(24, 'q')).join(' '));
+    const positions = event(1, Array.from({ length: 17000 }, (_, i) => `x${i % 40}`).join('\n'));
+    const late = Array.from({ length: 3000 }, (_, i) => `word${i}`).join(' ');
+    for (const e of [repeated, distinct, positions, event(1, `${late} é`), event(1, `${late} a.b`), event(1, `${late} 3.14`)])
+      expect(searchBinary(e)).toEqual(binaryOf(e));
+    const words = fc.array(fc.string({ unit: fc.constantFrom(...'aAbBzZ09_'.split('')), minLength: 1, maxLength: 40 }), { maxLength: 400 });
+    const separators = fc.array(fc.constantFrom(' ', '  ', ', ', '\n', '-', '.', ' .'), { minLength: 400, maxLength: 400 });
+    fc.assert(
+      fc.property(words, separators, (ws, seps) => {
+        const e = event(1, ws.map((w, i) => w + seps[i]).join(''));
+        expect(searchBinary(e)).toEqual(binaryOf(e));
+      }),
+      { numRuns: 300 },
+    );
+  });
+
   it('writes tsvector text with quotes doubled', () => {
     expect(tsvectorLiteral(new Map([["it's", [1, 3]], ['a\\b', [2]]]))).toBe("'it''s':1,3 'a\\\\b':2");
   });
