@@ -12,13 +12,18 @@ import type { Knex } from 'knex';
 //
 // TRUNCATE event_tags from inside a TRUNCATE that empties it too (`TRUNCATE events, event_tags`)
 // fails, as the table is in use: an empty one is left alone.
+//
+// The trigger's DELETE of tag rows is planned at each run (EXECUTE), for the number of ids it is
+// given. PL/pgSQL would keep the plan made at a session's first DELETE: one made for a DELETE of many
+// events (a scan of the whole of event_tags) would then serve every DELETE after it on that
+// connection. An array of the ids would always get an index scan, but cannot hold more than ~29M.
 export async function up(knex: Knex): Promise<void> {
   await knex.raw(`
     ALTER TABLE event_tags DROP CONSTRAINT IF EXISTS event_tags_event_id_fkey;
 
     CREATE OR REPLACE FUNCTION pgrelay_record_removals() RETURNS trigger LANGUAGE plpgsql AS $$
     BEGIN
-      DELETE FROM event_tags t USING removed_rows r WHERE t.event_id = r.id;
+      EXECUTE 'DELETE FROM event_tags t USING removed_rows r WHERE t.event_id = r.id';
       INSERT INTO event_removals (id) SELECT id FROM removed_rows;
       IF FOUND THEN
         PERFORM pg_notify('pgrelay_events', pg_current_xact_id()::text);

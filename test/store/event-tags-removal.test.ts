@@ -1,6 +1,7 @@
 // event_tags has no foreign key to events: the statement trigger on events that records removals
 // deletes the removed events' tag rows, and TRUNCATE events empties event_tags. Checked here for
 // every way rows leave events, by plain SQL as psql or another tool would send it.
+import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { migrations } from '../../migrations/index.js';
 import type { NostrEvent } from '../../src/nostr/event.js';
@@ -103,6 +104,30 @@ describe('event_tags without a foreign key', () => {
       adding.release();
     }
     expect(await count('SELECT count(*)::int AS n FROM event_tags')).toBe(0);
+  });
+
+  it('a DELETE of one event after a DELETE of many, on the same connection, reads event_tags through its primary key', async () => {
+    await reset();
+    await store(db.pool, Array.from({ length: 2000 }, () => tagged(A)));
+    const single = tagged(B);
+    await store(db.pool, [single, ...Array.from({ length: 2000 }, () => tagged(B))]);
+    await db.pool.query('ANALYZE events, event_tags');
+    // A connection of its own: PL/pgSQL plans the trigger's statements at their first run in a session.
+    const client = new pg.Client({ connectionString: db.url });
+    await client.connect();
+    try {
+      const scans = async () =>
+        (await client.query<{ n: number }>("SELECT seq_scan::int AS n FROM pg_stat_xact_user_tables WHERE relname = 'event_tags'")).rows[0].n;
+      await client.query('BEGIN');
+      await client.query('DELETE FROM events WHERE pubkey = $1', [Buffer.from(A, 'hex')]);
+      const afterMany = await scans();
+      await client.query('DELETE FROM events WHERE id = $1', [id(single)]);
+      expect(await scans()).toBe(afterMany);
+      await client.query('COMMIT');
+    } finally {
+      await client.end();
+    }
+    expect(await orphanTagRows()).toBe(0);
   });
 
   it('event_tags has no foreign key', async () => {
