@@ -22,7 +22,7 @@ import * as secp from 'tiny-secp256k1';
 import { parseConfig } from '../src/config.js';
 import { createLogger } from '../src/log.js';
 import { computeEventId, type NostrEvent } from '../src/nostr/event.js';
-import { bulkOptions, copyRows, EventRows } from '../src/ops/bulk-load.js';
+import { copyRows, EventRows } from '../src/ops/bulk-load.js';
 import { openDatabase, type Database } from '../src/store/database.js';
 import { prepareEvent } from '../src/store/prepared-event.js';
 import { withTransaction } from '../src/store/write.js';
@@ -76,12 +76,11 @@ async function openStoreOf(dataDir: string): Promise<Database> {
 }
 
 async function copyInto(pool: pg.Pool, events: NostrEvent[]): Promise<void> {
-  const options = await bulkOptions(pool);
   for (let i = 0; i < events.length; i += 10_000) {
     const rows = new EventRows(Math.min(10_000, events.length - i));
     for (const e of events.slice(i, i + 10_000)) rows.add(prepareEvent(e));
     const encoded = rows.finish();
-    await withTransaction(pool, (client) => copyRows(client, encoded, options));
+    await withTransaction(pool, (client) => copyRows(client, encoded));
   }
   await pool.query('VACUUM ANALYZE events');
 }

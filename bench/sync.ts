@@ -18,7 +18,7 @@ import { parseConfig } from '../src/config.js';
 import { createLogger } from '../src/log.js';
 import { computeEventId, type NostrEvent } from '../src/nostr/event.js';
 import { SignatureVerifier } from '../src/nostr/verifier.js';
-import { bulkOptions, copyRows, EventRows, type BulkOptions } from '../src/ops/bulk-load.js';
+import { copyRows, EventRows } from '../src/ops/bulk-load.js';
 import { syncWithRelay, type SyncResult } from '../src/ops/sync.js';
 import { policyFrom } from '../src/policy/policy.js';
 import { openDatabase, type Database } from '../src/store/database.js';
@@ -97,11 +97,11 @@ function signedNotes(count: number, seed: number): NostrEvent[] {
 }
 
 /** One COPY transaction of events (and their tag rows) into one database. */
-async function copyBatch(pool: pg.Pool, options: BulkOptions, events: NostrEvent[]): Promise<void> {
+async function copyBatch(pool: pg.Pool, events: NostrEvent[]): Promise<void> {
   const rows = new EventRows(events.length);
   for (const e of events) rows.add(prepareEvent(e));
   const encoded = rows.finish();
-  await withTransaction(pool, (client) => copyRows(client, encoded, options));
+  await withTransaction(pool, (client) => copyRows(client, encoded));
 }
 
 async function openPool(dataDir: string): Promise<Database> {
@@ -133,7 +133,6 @@ try {
   relays.push(...(await Promise.all(dirs.map((DATA_DIR, i) => startRelayProcess({ ...env, ...(i === 1 ? remoteEnv : {}), DATA_DIR })))));
   dbs.push(...(await Promise.all(dirs.map(openPool))));
   const [a, b] = dbs;
-  const bulk = await Promise.all(dbs.map((db) => bulkOptions(db.pool)));
 
   let started = performance.now();
   const manifest: Manifest = { seed: 3, events: shared, authors: [], hashtags: [], popularNotes: [], articles: [], sampleIds: [], start: 0, end: 0 };
@@ -142,7 +141,7 @@ try {
   let written = 0;
   let lastReport = started;
   const flush = async () => {
-    await Promise.all(dbs.map((db, i) => copyBatch(db.pool, bulk[i], batch)));
+    await Promise.all(dbs.map((db) => copyBatch(db.pool, batch)));
     written += batch.length;
     batch = [];
     if (performance.now() - lastReport > 10_000) {
@@ -168,7 +167,7 @@ try {
   const onlyB = signedNotes(uniquePerSide, 2);
   const signing = secs(performance.now() - started);
   for (let i = 0; i < uniquePerSide; i += batchSize) {
-    await Promise.all([copyBatch(a.pool, bulk[0], onlyA.slice(i, i + batchSize)), copyBatch(b.pool, bulk[1], onlyB.slice(i, i + batchSize))]);
+    await Promise.all([copyBatch(a.pool, onlyA.slice(i, i + batchSize)), copyBatch(b.pool, onlyB.slice(i, i + batchSize))]);
   }
   started = performance.now();
   await Promise.all(dbs.map((db) => db.pool.query('VACUUM ANALYZE events')));

@@ -14,7 +14,7 @@ import { parseConfig } from '../src/config.js';
 import { createLogger } from '../src/log.js';
 import type { NostrEvent } from '../src/nostr/event.js';
 import { KIND_CONTACTS } from '../src/nostr/kinds.js';
-import { bulkOptions, EventRows } from '../src/ops/bulk-load.js';
+import { EventRows } from '../src/ops/bulk-load.js';
 import { EmptyTargetLoad } from '../src/ops/nostream/empty-target-load.js';
 import type { WebOfTrustSettings, WebSnapshot } from '../src/policy/web-of-trust.js';
 import { createPool, openDatabase } from '../src/store/database.js';
@@ -97,7 +97,7 @@ async function seedGraph(pool: pg.Pool): Promise<void> {
   const rank = zipf(n, 0.8, random);
   // In id order: the load keeps the primary keys while it copies, and appending to them is cheapest.
   const order = Array.from({ length: n }, (_, i) => i).sort((a, b) => (hex32(`wot-bench:${seed}:event:${a}`) < hex32(`wot-bench:${seed}:event:${b}`) ? -1 : 1));
-  const load = await EmptyTargetLoad.begin(pool, await bulkOptions(pool));
+  const load = await EmptyTargetLoad.begin(pool);
   let tagRows = 0;
   try {
     for (let from = 0; from < n; from += 2000) {

@@ -65,30 +65,8 @@ export interface ChunkOutcome {
 }
 
 export interface BulkOptions {
-  /**
-   * Skip the per-row foreign-key check of event_tags → events (session_replication_role = replica,
-   * for the tag COPY only). It cannot fail there: every tag row belongs to an event inserted by the
-   * same transaction, which no other transaction can see, let alone delete, before it commits. The
-   * check is ~40% of the cost of a tag row. Needs a superuser or the SET privilege on the parameter.
-   */
-  skipTagForeignKeyCheck: boolean;
   /** This relay's name, for NIP-62 requests in the input (policy.relay). */
   relay?: string;
-}
-
-/** Whether this connection may skip the tag foreign-key check (see BulkOptions). */
-export async function bulkOptions(pool: pg.Pool): Promise<BulkOptions> {
-  const client = await pool.connect();
-  try {
-    await client.query('BEGIN');
-    await client.query('SET LOCAL session_replication_role = replica');
-    return { skipTagForeignKeyCheck: true };
-  } catch {
-    return { skipTagForeignKeyCheck: false };
-  } finally {
-    await client.query('ROLLBACK').catch(() => undefined);
-    client.release();
-  }
 }
 
 /** The COPY data of some events (binary-copy.ts): for `events`, and for `event_tags` (their tag rows). */
@@ -135,14 +113,11 @@ async function copyIn(client: pg.PoolClient, sql: string, data: Uint8Array): Pro
 }
 
 /** COPYs encoded rows into `events` and `event_tags`, on a client inside a transaction. */
-export async function copyRows(client: pg.PoolClient, rows: EncodedRows, options: BulkOptions): Promise<void> {
+export async function copyRows(client: pg.PoolClient, rows: EncodedRows): Promise<void> {
   if (rows.eventRows === 0) return;
   await copyIn(client, 'COPY events (id, pubkey, kind, created_at, d_tag, expires_at, raw, search) FROM STDIN (FORMAT binary)', rows.events);
   if (rows.tagRows === 0) return;
-  if (options.skipTagForeignKeyCheck) await client.query('SET LOCAL session_replication_role = replica');
   await copyIn(client, 'COPY event_tags (event_id, name, value, kind, created_at) FROM STDIN (FORMAT binary)', rows.tags);
-  // Back to normal before any DELETE: the cascade to event_tags is a trigger too.
-  if (options.skipTagForeignKeyCheck) await client.query('SET LOCAL session_replication_role = origin');
 }
 
 /**
@@ -222,7 +197,7 @@ export class BulkWriter {
 
   constructor(
     private readonly pool: pg.Pool,
-    private readonly options: BulkOptions,
+    private readonly options: BulkOptions = {},
   ) {}
 
   write(chunk: PreparedEvent[]): Promise<ChunkOutcome> {
@@ -277,7 +252,7 @@ export class BulkWriter {
       await applyVanishes(client, plan.vanishes);
       const rows = new EventRows(plan.inserts.length);
       for (const p of plan.inserts) rows.add(p);
-      await copyRows(client, rows.finish(), this.options);
+      await copyRows(client, rows.finish());
       await applyDeletions(client, plan.deletions);
 
       // Commit only after the chunk before: if it failed, its rows are not there and this plan is void.

@@ -14,7 +14,6 @@ import * as reason from '../nostr/reason.js';
 import type { SignatureVerifier } from '../nostr/verifier.js';
 import type { Policy } from '../policy/policy.js';
 import type { WritePlugin } from '../policy/write-plugin.js';
-import { bulkOptions } from './bulk-load.js';
 import { bulkWrite, countAnswer, countReason, emptyCounts, OrderedSink, type ImportCounts } from './import-batch.js';
 import { noProgress, type Progress } from './progress.js';
 
@@ -91,7 +90,7 @@ export async function importJsonl(pool: pg.Pool, input: Readable, options: Impor
   let bytesRead = 0;
   let complete = true;
   if (options.totalBytes) progress.setTotal(options.totalBytes);
-  const sink = new OrderedSink(bulkWrite(pool, { ...(await bulkOptions(pool)), relay: options.policy.relay }), batchSize);
+  const sink = new OrderedSink(bulkWrite(pool, { relay: options.policy.relay }), batchSize);
   const admission = new Admission({ policy: options.policy, verifier: options.verifier, plugin: options.plugin, sink });
   const source = options.source ?? importSource(options.verifier ? 'verify' : 'trust');
 

@@ -62,9 +62,8 @@ export async function storedIds(pool: pg.Pool): Promise<Set<string>> {
 }
 
 /**
- * A pool on the same database as a role that is not a superuser (so it may not skip foreign-key
- * checks with session_replication_role), or undefined when the test server does not let us create
- * one. The role is dropped by `close`.
+ * A pool on the same database as a role that is not a superuser, or undefined when the test server
+ * does not let us create one. The role is dropped by `close`.
  */
 export async function ordinaryRolePool(db: { url: string; pool: pg.Pool }): Promise<{ pool: pg.Pool; close(): Promise<void> } | undefined> {
   const role = `ordinary_${randomBytes(4).toString('hex')}`;

@@ -377,7 +377,7 @@ describe('import-nostream --empty-target', () => {
     }
   });
 
-  it('without the privilege to skip the tag foreign-key check, drops the constraint and adds it back', async (ctx) => {
+  it('as a role that owns its database but is not a superuser, leaves the rows and schema of the normal mode', async (ctx) => {
     const adminUrl = await createTestDatabase(); // a database of the test server, as its superuser
     const role = `owner_${Math.random().toString(36).slice(2, 10)}`;
     const admin = new pg.Client({ connectionString: adminUrl });

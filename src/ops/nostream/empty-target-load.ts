@@ -11,16 +11,13 @@
 //   order, so their keys are appended, which costs what a build would, and a duplicate fails at
 //   once) and the partial indexes (few loaded rows enter them, while a rebuild would scan the
 //   whole table for each).
-// - The tag rows' foreign key: its per-row check is skipped (session_replication_role = replica, as
-//   in bulk-load.ts: each tag row belongs to an event this transaction has just inserted) when the
-//   role may; otherwise the constraint is dropped and added again at the end, which checks every
-//   row in one pass (1.7 s for 1.35M rows, against 13 s for the per-row check).
+// - event_tags has no foreign key to events, so there is no per-row check to skip.
 //
 // All or nothing: an interrupted load (Ctrl-C, a crash, a lost connection) rolls back, the tables are
 // left empty with every index and constraint in place, and a new run starts over.
 import type pg from 'pg';
 import { hasSqlState, SQLSTATE } from '../../store/pg-errors.js';
-import { copyRows, type BulkOptions, type EncodedRows } from '../bulk-load.js';
+import { copyRows, type EncodedRows } from '../bulk-load.js';
 
 export class TargetNotEmptyError extends Error {}
 
@@ -29,11 +26,10 @@ const LOCK_TIMEOUT = '10s';
 /** Sort memory for the index builds (kB), unless the server is already set higher. */
 const BUILD_MEMORY_KB = 1024 * 1024;
 
-interface Rebuild {
-  /** Secondary indexes: their qualified name (to drop) and definition (to create again). */
-  indexes: Array<{ name: string; definition: string }>;
-  /** Foreign keys to drop and add again (only when their per-row check cannot be skipped). */
-  foreignKeys: Array<{ table: string; name: string; definition: string }>;
+/** A secondary index: its qualified name (to drop) and definition (to create again). */
+interface Index {
+  name: string;
+  definition: string;
 }
 
 /** The secondary indexes to rebuild: neither partial nor backing a constraint (the primary keys). */
@@ -47,12 +43,6 @@ const INDEXES_SQL = `
      AND NOT EXISTS (SELECT 1 FROM pg_constraint k WHERE k.conindid = i.indexrelid)
    ORDER BY i.indrelid, c.relname`;
 
-const FOREIGN_KEYS_SQL = `
-  SELECT conrelid::regclass::text AS table, quote_ident(conname) AS name, pg_get_constraintdef(oid) AS definition
-    FROM pg_constraint
-   WHERE contype = 'f' AND conrelid IN ('events'::regclass, 'event_tags'::regclass)
-   ORDER BY conrelid, conname`;
-
 /**
  * One load: begin() takes the locks and prepares the tables, write() COPYs a chunk (one at a time),
  * finish() rebuilds what was dropped and commits, abort() rolls everything back.
@@ -62,12 +52,11 @@ export class EmptyTargetLoad {
 
   private constructor(
     private readonly client: pg.PoolClient,
-    private readonly bulk: BulkOptions,
-    private readonly rebuild: Rebuild,
+    private readonly indexes: Index[],
   ) {}
 
   /** Starts the transaction; refuses (TargetNotEmptyError) unless `events` and `event_tags` are empty. */
-  static async begin(pool: pg.Pool, bulk: BulkOptions): Promise<EmptyTargetLoad> {
+  static async begin(pool: pg.Pool): Promise<EmptyTargetLoad> {
     const client = await pool.connect();
     // A connection lost while idle between two chunks must fail the load, not the process.
     client.on('error', ignore);
@@ -86,13 +75,9 @@ export class EmptyTargetLoad {
       const { rows } = await client.query<{ stored: boolean }>('SELECT EXISTS (SELECT FROM events) OR EXISTS (SELECT FROM event_tags) AS stored');
       if (rows[0].stored) throw new TargetNotEmptyError('the target already holds events: --empty-target loads only an empty store');
 
-      const rebuild: Rebuild = {
-        indexes: (await client.query<{ name: string; definition: string }>(INDEXES_SQL)).rows,
-        foreignKeys: bulk.skipTagForeignKeyCheck ? [] : (await client.query<Rebuild['foreignKeys'][number]>(FOREIGN_KEYS_SQL)).rows,
-      };
-      for (const fk of rebuild.foreignKeys) await client.query(`ALTER TABLE ${fk.table} DROP CONSTRAINT ${fk.name}`);
-      if (rebuild.indexes.length) await client.query(`DROP INDEX ${rebuild.indexes.map((i) => i.name).join(', ')}`);
-      return new EmptyTargetLoad(client, bulk, rebuild);
+      const indexes = (await client.query<Index>(INDEXES_SQL)).rows;
+      if (indexes.length) await client.query(`DROP INDEX ${indexes.map((i) => i.name).join(', ')}`);
+      return new EmptyTargetLoad(client, indexes);
     } catch (err) {
       await client.query('ROLLBACK').catch(ignore);
       client.release(true);
@@ -102,17 +87,16 @@ export class EmptyTargetLoad {
 
   /** COPYs one chunk of events and their tag rows. Await it before writing the next. */
   write(rows: EncodedRows): Promise<void> {
-    return copyRows(this.client, rows, this.bulk);
+    return copyRows(this.client, rows);
   }
 
-  /** Builds the dropped indexes and constraints again, runs `beforeCommit` in the transaction, commits. */
+  /** Builds the dropped indexes again, runs `beforeCommit` in the transaction, commits. */
   async finish(beforeCommit?: (client: pg.PoolClient) => Promise<void>): Promise<void> {
     try {
       await this.client.query(
         `SELECT set_config('maintenance_work_mem', greatest(setting::bigint, ${BUILD_MEMORY_KB}) || 'kB', true) FROM pg_settings WHERE name = 'maintenance_work_mem'`,
       );
-      for (const index of this.rebuild.indexes) await this.client.query(index.definition);
-      for (const fk of this.rebuild.foreignKeys) await this.client.query(`ALTER TABLE ${fk.table} ADD CONSTRAINT ${fk.name} ${fk.definition}`);
+      for (const index of this.indexes) await this.client.query(index.definition);
       await beforeCommit?.(this.client);
       await this.client.query('COMMIT');
     } catch (err) {

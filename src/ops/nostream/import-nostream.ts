@@ -34,7 +34,6 @@ import type { Logger } from '../../log.js';
 import type { SignatureVerifier } from '../../nostr/verifier.js';
 import type { Policy } from '../../policy/policy.js';
 import { clearCheckpoint, readCheckpoint, saveCheckpoint } from '../checkpoint.js';
-import { bulkOptions } from '../bulk-load.js';
 import type { AdmissionChecks } from '../../admission/admit.js';
 import type { WritePlugin } from '../../policy/write-plugin.js';
 import { EmptyTargetLoad } from './empty-target-load.js';
@@ -172,7 +171,7 @@ async function writeInOrder(
   progress: Progress,
 ): Promise<boolean> {
   const batchSize = options.batchSize ?? 5000;
-  const sink = new OrderedSink(bulkWrite(target, { ...(await bulkOptions(target)), relay: options.policy.relay }), batchSize);
+  const sink = new OrderedSink(bulkWrite(target, { relay: options.policy.relay }), batchSize);
   // Phase 2's rows are few among many: one query finds and sorts them (see streamedBatches).
   const read = ordered ? streamedBatches(source, table, position, batchSize, OrderedRows.sql) : keysetBatches(source, table, position, batchSize);
 
@@ -254,7 +253,7 @@ async function loadInBulk(
     seconds: (Date.now() - started) / 1000,
     indexSeconds,
   });
-  const load = await EmptyTargetLoad.begin(target, await bulkOptions(target));
+  const load = await EmptyTargetLoad.begin(target);
   const prepare = (rows: SourceBatch, lastLoaded: string) => bulkBatch(rows, ordered, checksOf(options), lastLoaded);
 
   const batches = keysetBatches(source, table, Buffer.alloc(0), options.batchSize ?? 5000);
