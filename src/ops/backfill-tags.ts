@@ -22,7 +22,6 @@ import type { Logger } from '../log.js';
 import type { NostrEvent } from '../nostr/event.js';
 import { indexedTags, MAX_INDEXED_TAG_VALUE_BYTES } from '../nostr/tags.js';
 import { hasSqlState, inSqlStateClass, sqlState, SQLSTATE } from '../store/pg-errors.js';
-import { withTransaction } from '../store/write.js';
 import { clearCheckpoint, saveCheckpoint } from './checkpoint.js';
 import { positionText, readBlockCheckpoint, readHeap, tidBounds, type BlockRange, type Heap } from './heap-blocks.js';
 import { noProgress, type Progress } from './progress.js';
@@ -81,7 +80,6 @@ const IN_RANGE = 'e.ctid >= $1::tid AND e.ctid < $2::tid';
 /** How a batch runs: see batchSql. */
 interface BatchMode {
   onlyMissing: boolean;
-  skipForeignKeyCheck: boolean;
   /** Lock every event of the batch as it is read: when the batch before added rows (a fresh backfill). */
   lockAll: boolean;
 }
@@ -99,14 +97,15 @@ interface BatchMode {
  *   one index search per event. A probe per derived row measured the same on a second run; either
  *   is far cheaper than ON CONFLICT's speculative insertion per row. On a fresh backfill the
  *   searches find nothing and cost ~8% of a batch.
- * - The events that get new rows are locked FOR KEY SHARE, the lock the foreign-key check of each of
- *   their rows would take: a concurrent DELETE of one of them waits for this batch to commit, and
- *   its cascade then removes the rows just added; an event deleted meanwhile is skipped. So when the
- *   per-row check is skipped (session_replication_role = replica), no row can be left without its
- *   event. With `lockAll`, every event of the batch is locked as it is read (cheapest when most get
- *   rows: a fresh backfill); without, only those that get rows, found again by ctid, so that a batch
- *   with nothing to add (a second run) writes nothing at all: a lock writes to the event's page and
- *   to the WAL.
+ * - The events that get new rows are locked FOR KEY SHARE: event_tags has no foreign key, and this
+ *   lock is what keeps a tag row from outliving its event. A concurrent DELETE of a locked event
+ *   waits for this batch to commit; the removals trigger on events then deletes the event's tag rows
+ *   with a new snapshot, which sees the rows this batch committed. An event whose DELETE comes first
+ *   is skipped: the lock waits for that DELETE, then finds no row, so the event gets no rows. With
+ *   `lockAll`, every event of the batch is locked as it is read (cheapest when most get rows: a
+ *   fresh backfill); without, only those that get rows, found again by ctid, so that a batch with
+ *   nothing to add (a second run) writes nothing at all: a lock writes to the event's page and to
+ *   the WAL.
  * - A row inserted meanwhile by another transaction (another backfill) makes the batch fail with a
  *   unique violation, and it is retried.
  */
@@ -144,25 +143,6 @@ function batchSql(mode: BatchMode, withNulEscapes: boolean): string {
            ${withNulEscapes ? '(SELECT count(*) FROM batch WHERE strpos(raw, $3) > 0)' : '0'}::int AS by_hand`;
 }
 
-/**
- * Whether this connection may skip the per-row foreign-key check of event_tags (a superuser, or the
- * SET privilege on session_replication_role). The check is 40% of a tag row's cost; the batch's
- * FOR KEY SHARE lock keeps what it guarantees (see batchSql).
- */
-async function maySkipForeignKeyCheck(pool: pg.Pool): Promise<boolean> {
-  const client = await pool.connect();
-  try {
-    await client.query('BEGIN');
-    await client.query('SET LOCAL session_replication_role = replica');
-    return true;
-  } catch {
-    return false;
-  } finally {
-    await client.query('ROLLBACK').catch(() => undefined);
-    client.release();
-  }
-}
-
 /** The JS path: the rows SQL cannot parse (or a whole batch, if the SQL path failed on its data). */
 async function deriveInJs(pool: pg.Pool, range: BlockRange, onlyMissing: boolean, onlyNulEscapes: boolean): Promise<number> {
   const { rows } = await pool.query<{ id: Buffer; kind: number; created_at: string; raw: string }>(
@@ -191,22 +171,16 @@ async function deriveInJs(pool: pg.Pool, range: BlockRange, onlyMissing: boolean
   return result.rowCount ?? 0;
 }
 
-/**
- * SQLSTATEs worth a retry: a concurrent delete of an event in the range (FK check), a row inserted
- * meanwhile by another transaction (unique violation), deadlock, serialization.
- */
-const RETRYABLE = [SQLSTATE.foreignKeyViolation, SQLSTATE.uniqueViolation, SQLSTATE.deadlockDetected, SQLSTATE.serializationFailure];
+/** SQLSTATEs worth a retry: a row inserted meanwhile by another transaction (unique violation), deadlock, serialization. */
+const RETRYABLE = [SQLSTATE.uniqueViolation, SQLSTATE.deadlockDetected, SQLSTATE.serializationFailure];
 const isDataError = (err: unknown) => inSqlStateClass(err, '22');
 
 async function backfillBlocks(pool: pg.Pool, range: BlockRange, mode: BatchMode, log?: Logger): Promise<BackfillCounts> {
   let withNulEscapes = false;
   for (let attempt = 1; ; attempt++) {
     try {
-      const rows = await withTransaction(pool, async (client) => {
-        if (mode.skipForeignKeyCheck) await client.query('SET LOCAL session_replication_role = replica');
-        const sql = batchSql(mode, withNulEscapes);
-        return (await client.query<{ events: number; tag_rows: number; by_hand: number }>(sql, withNulEscapes ? [...tidBounds(range), NUL_ESCAPE] : tidBounds(range))).rows;
-      });
+      const params = withNulEscapes ? [...tidBounds(range), NUL_ESCAPE] : tidBounds(range);
+      const { rows } = await pool.query<{ events: number; tag_rows: number; by_hand: number }>(batchSql(mode, withNulEscapes), params);
       const { events, by_hand } = rows[0];
       let tagRows = rows[0].tag_rows;
       if (by_hand > 0) tagRows += await deriveInJs(pool, range, mode.onlyMissing, true);
@@ -249,7 +223,6 @@ export async function backfillTags(pool: pg.Pool, options: BackfillOptions = {})
   let position = start?.block ?? 0; // every block before it is done
   if (start) options.log?.info({ block: position, of: heap.blocks, ...counts }, 'backfill: resuming from checkpoint');
 
-  const skipForeignKeyCheck = await maySkipForeignKeyCheck(pool);
   // Whether the batch before added rows decides how the next one locks (see batchSql); before any,
   // the way that locks nothing needlessly: a second run must not write, a fresh one loses little.
   let lastAddedRows = false;
@@ -285,7 +258,7 @@ export async function backfillTags(pool: pg.Pool, options: BackfillOptions = {})
     while (cutFrom < heap.blocks || running.length) {
       while (cutFrom < heap.blocks && running.length < concurrency && !stopped()) {
         const range = { from: cutFrom, to: Math.min(cutFrom + batchBlocks, heap.blocks) };
-        const done = backfillBlocks(pool, range, { onlyMissing, skipForeignKeyCheck, lockAll: lastAddedRows }, options.log);
+        const done = backfillBlocks(pool, range, { onlyMissing, lockAll: lastAddedRows }, options.log);
         done.catch(() => undefined); // awaited in order below; this only prevents an unhandled rejection
         running.push({ range, done });
         batches++;

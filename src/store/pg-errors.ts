@@ -8,7 +8,6 @@ export const SQLSTATE = {
   lockNotAvailable: '55P03',
   deadlockDetected: '40P01',
   serializationFailure: '40001',
-  foreignKeyViolation: '23503',
   uniqueViolation: '23505',
   /** The table does not exist (e.g. before the first migration). */
   undefinedTable: '42P01',

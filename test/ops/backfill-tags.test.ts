@@ -281,7 +281,7 @@ describe('backfill-tags', () => {
     expect(rows.filter((r) => r.startsWith(partial.id))).toHaveLength(1);
   });
 
-  it('gives the same rows as a role that may not skip the foreign-key check', async () => {
+  it('gives the same rows for a role that is not a superuser', async () => {
     const events = [unsignedEvent({ tags: trickyTags, content: 'checked' }), ...Array.from({ length: 30 }, (_, i) => unsignedEvent({ content: `o${i}`, tags: [['t', `o${i % 4}`], ['p', String(i)]] }))];
     await reset(events);
     const ordinary = await ordinaryRolePool(db);
