@@ -143,7 +143,11 @@ function batchSql(mode: BatchMode, withNulEscapes: boolean): string {
            ${withNulEscapes ? '(SELECT count(*) FROM batch WHERE strpos(raw, $3) > 0)' : '0'}::int AS by_hand`;
 }
 
-/** The JS path: the rows SQL cannot parse (or a whole batch, if the SQL path failed on its data). */
+/**
+ * The JS path: the rows SQL cannot parse (or a whole batch, if the SQL path failed on its data).
+ * Its INSERT locks the events as a batch does (see batchSql): an event deleted since it was read
+ * gets no rows, and a DELETE that comes later waits for the commit, then removes them.
+ */
 async function deriveInJs(pool: pg.Pool, range: BlockRange, onlyMissing: boolean, onlyNulEscapes: boolean): Promise<number> {
   const { rows } = await pool.query<{ id: Buffer; kind: number; created_at: string; raw: string }>(
     `SELECT e.id, e.kind, e.created_at, e.raw FROM events e
@@ -163,8 +167,10 @@ async function deriveInJs(pool: pg.Pool, range: BlockRange, onlyMissing: boolean
   }
   if (ids.length === 0) return 0;
   const result = await pool.query(
-    `INSERT INTO event_tags (event_id, name, value, kind, created_at)
-     SELECT * FROM unnest($1::bytea[], $2::text[], $3::text[], $4::int[], $5::bigint[])
+    `WITH locked AS (SELECT id FROM events WHERE id = ANY ($1::bytea[]) FOR KEY SHARE)
+     INSERT INTO event_tags (event_id, name, value, kind, created_at)
+     SELECT * FROM unnest($1::bytea[], $2::text[], $3::text[], $4::int[], $5::bigint[]) AS r(id, name, value, kind, created_at)
+      WHERE r.id IN (SELECT id FROM locked)
      ON CONFLICT DO NOTHING`,
     [ids, names, values, kinds, times],
   );

@@ -5,6 +5,7 @@ import { readCheckpoint, saveCheckpoint } from '../../src/ops/checkpoint.js';
 import type { NostrEvent } from '../../src/nostr/event.js';
 import { indexedTags } from '../../src/nostr/tags.js';
 import type { Database } from '../../src/store/database.js';
+import { until } from '../support/wait.js';
 import { openTestStore, ordinaryRolePool, store, tagRows, unsignedEvent } from './helpers.js';
 
 let db: Database;
@@ -64,6 +65,15 @@ const manyEvents = (n: number, label: string) =>
   Array.from({ length: n }, (_, i) =>
     unsignedEvent({ kind: [1, 7, 6][i % 3], created_at: 1_700_000_000 + i, content: `${label}${i} ${'x'.repeat(200)}`, tags: [['t', `h${i % 11}`], ['p', `p${i % 13}`], ['e', `${label}${i}`]] }),
   );
+
+/** Whether a connection running a statement LIKE `query` waits for a lock. */
+async function waitingForALock(query: string): Promise<boolean> {
+  const { rows } = await db.pool.query(
+    "SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE $1",
+    [query],
+  );
+  return rows.length > 0;
+}
 
 /** A logger whose lines the test can read. */
 function capturedLog() {
@@ -230,6 +240,31 @@ describe('backfill-tags', () => {
     expect(stored.some((e) => after.get(e.id)! < blocks)).toBe(true);
     const kept = first.filter((e) => !removed.includes(e));
     expect(await tagRows(db.pool)).toEqual(expectedRows([...kept, ...later]));
+  });
+
+  it('an event deleted while its rows are derived in JS keeps no row', async () => {
+    // A NUL in the content: jsonb refuses the raw text, so the event's rows are derived in JS.
+    const event = unsignedEvent({ content: 'nul \u0000', tags: [['t', 'held'], ['t', 'free']] });
+    await reset([event]);
+    const id = Buffer.from(event.id, 'hex');
+    // Another transaction's uncommitted copy of one of its rows holds the JS path's INSERT.
+    const holder = await db.pool.connect();
+    try {
+      await holder.query('BEGIN');
+      await holder.query("INSERT INTO event_tags (event_id, name, value, kind, created_at) VALUES ($1, 't', 'held', 1, $2)", [id, event.created_at]);
+      const backfill = backfillTags(db.pool, { batchBlocks: 1, concurrency: 1 });
+      await until(() => waitingForALock('%unnest%'), 'the JS path waits for the held row');
+      let deleted = false;
+      const deleting = db.pool.query('DELETE FROM events WHERE id = $1', [id]).finally(() => (deleted = true));
+      await until(async () => deleted || (await waitingForALock('DELETE FROM events%')), 'the DELETE is done or waits');
+      await holder.query('ROLLBACK');
+      expect((await backfill).complete).toBe(true);
+      expect((await deleting).rowCount).toBe(1);
+    } finally {
+      await holder.query('ROLLBACK').catch(() => undefined);
+      holder.release();
+    }
+    expect(await tagRows(db.pool)).toEqual([]);
   });
 
   it('reports events as progress, with a total extrapolated from the blocks done that ends exact', async () => {
