@@ -2,7 +2,7 @@
 // (RETENTION_*) and `npm run cli -- prune` on demand. Events are found oldest first along an index in keyset
 // order ((created_at, id), per kind when kinds are given) and deleted by id in small batches, each
 // its own short transaction, so a relay serving traffic never waits long on a lock; their event_tags
-// rows go with them (ON DELETE CASCADE).
+// rows go with them (the removals trigger on events deletes them in the same statement).
 //
 // Kept unless asked for: replaceable and addressable events (only the current version of each is
 // stored, so removing it loses the profile, contact list, … itself: --include-replaceable), and
