@@ -5,7 +5,7 @@ import type { Knex } from 'knex';
 // order within that transaction); one NOTIFY per transaction that stored events names its txid, on
 // the channel `pgrelay_events`, after commit. Whoever writes (the relay, a second relay, `import`,
 // psql) is announced the same way: the defaults and the trigger do it, not the writer. The trigger
-// fires ALWAYS, also under session_replication_role = replica (the bulk import sets it).
+// fires ALWAYS, also under session_replication_role = replica (which a bulk load may set).
 // Rows stored before this migration keep NULL in both columns: they are never "new".
 // Adding nullable columns and then defaults rewrites nothing, so this is quick on a large table.
 //
