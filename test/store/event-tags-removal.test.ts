@@ -33,8 +33,8 @@ async function reset(): Promise<void> {
 
 const count = async (sql: string, params: unknown[] = []) => (await db.pool.query<{ n: number }>(sql, params)).rows[0].n;
 const orphanTagRows = () => count('SELECT count(*)::int AS n FROM event_tags t WHERE NOT EXISTS (SELECT 1 FROM events e WHERE e.id = t.event_id)');
-const tagRowsOf = (events: NostrEvent[]) => count('SELECT count(*)::int AS n FROM event_tags WHERE event_id = ANY ($1::bytea[])', [events.map((e) => Buffer.from(e.id, 'hex'))]);
 const id = (e: NostrEvent) => Buffer.from(e.id, 'hex');
+const tagRowsOf = (events: NostrEvent[]) => count('SELECT count(*)::int AS n FROM event_tags WHERE event_id = ANY ($1::bytea[])', [events.map(id)]);
 
 describe('event_tags without a foreign key', () => {
   it("a DELETE FROM events removes exactly the deleted events' tag rows", async () => {
